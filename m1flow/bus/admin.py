@@ -1,0 +1,73 @@
+"""Topic creation and inspection over the Kafka admin API."""
+from __future__ import annotations
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from kafka.structs import TopicPartition
+
+from m1flow.bus.topics import ALL_TOPICS, TopicSpec
+
+
+def admin_client(bootstrap: str, client_id: str = "m1flow-admin") -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=20000)
+
+
+def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[str]:
+    """Create missing topics with the table's partitions and config; return the names created."""
+    admin = admin_client(bootstrap)
+    try:
+        existing = set(admin.list_topics())
+        new = []
+        for spec in specs:
+            if spec.name in existing:
+                continue
+            config = dict(spec.config)
+            if spec.compacted:
+                config.setdefault("cleanup.policy", "compact")
+            new.append(NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=1,
+                                topic_configs=config))
+        for topic in new:  # one by one: a concurrent creator must not fail the others
+            try:
+                admin.create_topics([topic], timeout_ms=20000)
+            except TopicAlreadyExistsError:
+                pass
+        return [t.name for t in new]
+    finally:
+        admin.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The next offset to be written, per partition."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-offsets")
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
+
+
+def group_lag(bootstrap: str, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (committed offset, end offset) for one consumer group."""
+    admin = admin_client(bootstrap)
+    try:
+        committed = admin.list_consumer_group_offsets(group_id)
+    finally:
+        admin.close()
+    result: dict[tuple[str, int], tuple[int, int]] = {}
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-lag")
+    try:
+        ends = consumer.end_offsets(list(committed)) if committed else {}
+        for tp, meta in committed.items():
+            result[(tp.topic, tp.partition)] = (meta.offset, ends.get(tp, meta.offset))
+    finally:
+        consumer.close()
+    return result
+
+
+def list_groups(bootstrap: str) -> list[str]:
+    admin = admin_client(bootstrap)
+    try:
+        return sorted(group for group, *_ in admin.list_consumer_groups())
+    finally:
+        admin.close()

@@ -1,0 +1,42 @@
+"""The topic table of ARCHITECTURE.md: names, keys, value types, partitions and retention."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from m1flow.contracts import events
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    value_type: type[Message]
+    key: str  # what the record key holds (documentation and the dump/replay tools)
+    partitions: int
+    compacted: bool = False
+    config: dict[str, str] = field(default_factory=dict)
+
+
+PROMPTS = TopicSpec("prompts", events.Prompt, "prompt_id", partitions=4)
+ROLLOUTS = TopicSpec("rollouts", events.Rollout, "group_id", partitions=4)
+# One partition: the learner (a single consumer) then sees groups in one total order, so its batches
+# and therefore its weights are reproducible after a crash and restart.
+SCORED = TopicSpec("scored", events.ScoredGroup, "group_id", partitions=1)
+POLICY = TopicSpec("policy", events.PolicyVersion, "constant", partitions=1, compacted=True)
+CONTROL = TopicSpec("control", events.Control, "command", partitions=1)
+METRICS = TopicSpec("metrics", events.Metric, "service", partitions=2)
+DLQ = TopicSpec("dlq", events.DeadLetter, "source topic", partitions=1)
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ)
+BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL_TOPICS}
+
+POLICY_KEY = b"policy"
+
+
+def spec(name: str) -> TopicSpec:
+    """Look a topic up by name, with a clear error for a typo."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown topic {name!r}; known: {', '.join(BY_NAME)}") from None

@@ -1,0 +1,48 @@
+"""Follow small state topics (`policy`, `control`) from their beginning without a consumer group.
+
+Every replica must see every policy announcement and control command, so these are read by
+assignment, not by a group that would split partitions between replicas. Replaying the whole
+topic on start rebuilds the current state (the newest policy, the current window, paused or not).
+"""
+from __future__ import annotations
+
+import logging
+
+from google.protobuf.message import Message
+from kafka import KafkaConsumer
+from kafka.structs import TopicPartition
+
+from m1flow.bus import codec
+from m1flow.bus.topics import TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+class TopicWatcher:
+    def __init__(self, bootstrap: str, topics: tuple[TopicSpec, ...], client_id: str) -> None:
+        self.specs = {t.name: t for t in topics}
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+                                      enable_auto_commit=False, fetch_max_wait_ms=50,
+                                      reconnect_backoff_max_ms=2000)
+        parts = []
+        for spec in topics:
+            partitions = self.consumer.partitions_for_topic(spec.name) or set(range(spec.partitions))
+            parts += [TopicPartition(spec.name, p) for p in sorted(partitions)]
+        self.consumer.assign(parts)
+        self.consumer.seek_to_beginning(*parts)
+
+    def poll(self, timeout_ms: int = 0) -> list[Message]:
+        """Messages that arrived since the last poll, oldest first; undecodable ones are logged and skipped."""
+        out: list[Message] = []
+        batches = self.consumer.poll(timeout_ms=timeout_ms, max_records=500)
+        for tp, records in batches.items():
+            for rec in records:
+                try:
+                    out.append(codec.decode(rec.value, self.specs[tp.topic].value_type))
+                except codec.CodecError as exc:
+                    log.warning("skipping undecodable %s/%s@%s: %s", tp.topic, tp.partition, rec.offset, exc)
+        out.sort(key=lambda m: m.header.created_unix_ms)
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()

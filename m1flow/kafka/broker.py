@@ -1,0 +1,248 @@
+"""Run one combined broker+controller KRaft node as a child process, for tests, demos and `m1flow up`.
+
+Everything the node owns lives under one run directory (config, data, logs, pid, ports), so a
+crashed or leftover broker is found and cleaned up by the next start instead of blocking it, and a
+stopped broker restarts on the same ports and data (the broker-outage test relies on that).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def jar_dir() -> Path:
+    """The cached Kafka jars, fetched from Maven Central on first use."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "kafka_jars.sh")], check=True,
+                         capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+@dataclass
+class BrokerState:
+    port: int
+    controller_port: int
+    cluster_id: str
+    pid: int = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+_LOG4J = """Configuration:
+  name: m1flow-kafka
+  Appenders:
+    File:
+      name: file
+      fileName: "{log}"
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        ref: file
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: org.apache.kafka.controller
+        level: WARN
+      - name: state.change.logger
+        level: WARN
+"""
+
+
+class Broker:
+    """One KRaft node under `run_dir`; `start()` is idempotent and `stop()` always leaves it dead."""
+
+    def __init__(self, run_dir: str | Path, heap: str = "512m") -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.heap = heap
+        self.state_file = self.run_dir / "broker.json"
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> BrokerState | None:
+        if not self.state_file.exists():
+            return None
+        return BrokerState(**json.loads(self.state_file.read_text()))
+
+    def _save(self, state: BrokerState) -> None:
+        self.state_file.write_text(json.dumps(state.__dict__))
+
+    @property
+    def bootstrap(self) -> str:
+        state = self.state()
+        if state is None:
+            raise BrokerError(f"no broker under {self.run_dir}")
+        return state.bootstrap
+
+    def _process(self) -> psutil.Process | None:
+        state = self.state()
+        if not state or not state.pid:
+            return None
+        try:
+            proc = psutil.Process(state.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                proc.wait(0)
+                return None
+            if "kafka.Kafka" not in " ".join(proc.cmdline()):
+                return None  # the pid was reused by something else
+            return proc
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            return None
+
+    def running(self) -> bool:
+        return self._process() is not None
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = 90.0) -> str:
+        """Start (or find running) the node and return its bootstrap address once it serves requests."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.running():
+            self.wait_ready(timeout)
+            return self.bootstrap
+        state = self.state()
+        if state is None or not (_port_free(state.port) and _port_free(state.controller_port)):
+            keep_id = state.cluster_id if state else uuid.uuid4().hex[:22]
+            state = BrokerState(port=free_port(), controller_port=free_port(), cluster_id=keep_id)
+            if self.state() is not None:  # ports changed: the old data belongs to another address
+                _wipe(self.run_dir / "data")
+        props = self._write_config(state)
+        classpath = str(jar_dir() / "*")
+        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.yaml'}",
+                f"-Dkafka.logs.dir={self.run_dir / 'logs'}", "-cp", classpath]
+        fmt = subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", state.cluster_id,
+                                     "-c", str(props), "--ignore-formatted"],
+                             capture_output=True, text=True)
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting the log dir failed: {fmt.stdout}{fmt.stderr}")
+        with open(self.run_dir / "broker.out", "ab") as out:
+            proc = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        state.pid = proc.pid
+        self._save(state)
+        try:
+            self.wait_ready(timeout)
+        except BrokerError:
+            self.stop()
+            raise
+        return state.bootstrap
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until an admin client can list topics (the only readiness signal worth trusting)."""
+        from kafka import KafkaAdminClient
+
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if not self.running():
+                tail = _tail(self.run_dir / "broker.out") + _tail(self.run_dir / "logs" / "server.log")
+                raise BrokerError(f"broker process exited during start-up:\n{tail}")
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
+                                         client_id="m1flow-ready")
+                try:
+                    admin.list_topics()
+                    return
+                finally:
+                    admin.close()
+            except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+                last_error = exc
+                time.sleep(0.5)
+        raise BrokerError(f"broker not ready after {timeout:.0f}s: {last_error}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; safe to call when nothing runs."""
+        proc = self._process()
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout)
+        except psutil.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    # ---------------------------------------------------------------- config
+    def _write_config(self, state: BrokerState) -> Path:
+        data = self.run_dir / "data"
+        logs = self.run_dir / "logs"
+        data.mkdir(exist_ok=True)
+        logs.mkdir(exist_ok=True)
+        (self.run_dir / "log4j2.yaml").write_text(_LOG4J.format(log=logs / "server.log"))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{state.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{state.port},CONTROLLER://127.0.0.1:{state.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{state.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(data),
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "2",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.num.partitions": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.partitions": "1",
+            "message.max.bytes": str(16 * 1024 * 1024),
+        }
+        path = self.run_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _wipe(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"

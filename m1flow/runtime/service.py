@@ -1,0 +1,85 @@
+"""What every svc_* process does around its own logic: config, logs, topics, gRPC with health,
+/metrics, signal handling and a readiness file that launchers wait on."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+import grpc
+
+from m1flow.bus.admin import ensure_topics
+from m1flow.runtime import health, logs
+from m1flow.runtime.config import ServiceConfig
+
+log = logging.getLogger(__name__)
+
+
+class Service(ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type[ServiceConfig]] = ServiceConfig
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.stop = threading.Event()
+
+    @property
+    def group_id(self) -> str:
+        return self.config.group_id or f"m1flow-{self.name}"
+
+    def register(self, server: grpc.Server) -> list[str]:
+        """Add this service's gRPC servicers; return their full names for health checking."""
+        return []
+
+    @abstractmethod
+    def start(self) -> None:
+        """Connect to Kafka and build state; after it returns the service reports SERVING."""
+
+    @abstractmethod
+    def loop(self) -> None:
+        """Run until self.stop is set."""
+
+    def shutdown(self) -> None:
+        """Finish or hand back in-flight work, commit, close."""
+
+
+def ready_file(run_dir: Path, name: str, replica: int) -> Path:
+    return Path(run_dir) / "ready" / f"{name}-{replica}.json"
+
+
+def main(cls: type[Service], argv: list[str] | None = None) -> None:
+    config = cls.Config.load(argv)
+    logs.setup(cls.name, config.replica, config.log_level, config.log_json)
+    service = cls(config)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: service.stop.set())
+    ensure_topics(config.bootstrap)
+    server, grpc_port, health_servicer = health.grpc_server(config.grpc_port)
+    names = service.register(server)
+    server.start()
+    metrics_port = health.metrics_server(config.metrics_port)
+    service.start()
+    health.set_serving(health_servicer, names, True)
+    ready = ready_file(config.run_dir, cls.name, config.replica)
+    ready.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ready.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "grpc": f"127.0.0.1:{grpc_port}",
+                               "metrics_port": metrics_port, "started": time.time()}))
+    tmp.replace(ready)
+    log.info("ready: grpc 127.0.0.1:%s metrics %s group %s", grpc_port, metrics_port, service.group_id)
+    try:
+        service.loop()
+    finally:
+        health.set_serving(health_servicer, names, False)
+        try:
+            service.shutdown()
+        finally:
+            server.stop(grace=2)
+            ready.unlink(missing_ok=True)
+            log.info("stopped")

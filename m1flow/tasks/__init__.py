@@ -1,0 +1,1 @@
+"""Generated tasks with verifiable answers."""

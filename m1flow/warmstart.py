@@ -1,0 +1,121 @@
+"""The cold start: a short supervised pass that turns a random tiny model into a weak solver.
+
+RL needs groups whose rewards differ; a random model never answers right, so every group would be
+dropped and nothing learned. The report warm-starts with long-CoT SFT; we do the same at toy scale.
+The result is cached outside the checkout, keyed by everything that determines it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel
+
+from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
+from m1flow.tasks.arith import problems
+from m1flow.tokenizer import CharTokenizer
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class WarmStartConfig(BaseModel):
+    seed: int = 0
+    steps: int = 250
+    batch_size: int = 64
+    lr: float = 3e-3
+    max_operand: int = 30
+    ops: str = "+-"
+    model_overrides: dict = {}
+
+
+def encode_example(tok: CharTokenizer, prompt: str, answer: str) -> tuple[list[int], int]:
+    """Token ids of bos+prompt+answer+eos, and how many leading ids are prompt (not trained on)."""
+    prompt_ids = [tok.bos_id, *tok.encode(prompt)]
+    return prompt_ids + tok.encode(answer) + [tok.eos_id], len(prompt_ids)
+
+
+def sft_step_batch(tok: CharTokenizer, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded inputs and per-position targets (-100 where no loss is taken)."""
+    encoded = [encode_example(tok, p, a) for p, a in pairs]
+    width = max(len(ids) for ids, _ in encoded)
+    inputs = torch.full((len(encoded), width), tok.pad_id, dtype=torch.long)
+    targets = torch.full((len(encoded), width), -100, dtype=torch.long)
+    for row, (ids, n_prompt) in enumerate(encoded):
+        inputs[row, : len(ids)] = torch.tensor(ids)
+        targets[row, n_prompt - 1 : len(ids) - 1] = torch.tensor(ids[n_prompt:])
+    return inputs, targets
+
+
+def supervised_finetune(model: MiniMaxM1ForCausalLM, tok: CharTokenizer, cfg: WarmStartConfig) -> list[float]:
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    losses = []
+    data = problems(seed=10_000 + cfg.seed, n=cfg.steps * cfg.batch_size, max_operand=cfg.max_operand,
+                    ops=cfg.ops, prefix="sft")
+    rng.shuffle(data)
+    model.train()
+    for step in range(cfg.steps):
+        chunk = data[step * cfg.batch_size : (step + 1) * cfg.batch_size]
+        inputs, targets = sft_step_batch(tok, [(p.text, p.answer) for p in chunk])
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for group in optimizer.param_groups:  # linear decay: ends on a stable, not-too-sharp policy
+            group["lr"] = cfg.lr * (1 - step / cfg.steps)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def build_model(tok: CharTokenizer, cfg: WarmStartConfig) -> MiniMaxM1ForCausalLM:
+    torch.manual_seed(cfg.seed)
+    config = MiniMaxM1Config.tiny(vocab_size=tok.vocab_size, bos_token_id=tok.bos_id,
+                                  eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, **cfg.model_overrides)
+    return MiniMaxM1ForCausalLM(config)
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow"))
+
+
+def _key(cfg: WarmStartConfig) -> str:
+    sources = [Path(__file__), *sorted((Path(__file__).parent / "model").glob("*.py")),
+               *sorted((Path(__file__).parents[1] / "kernels" / "lightning_attn").glob("*.py"))]
+    digest = hashlib.sha256(cfg.model_dump_json().encode())
+    for src in sources:
+        digest.update(src.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def warm_started_policy(dest: str | Path, cfg: WarmStartConfig | None = None) -> Path:
+    """Write the warm-started checkpoint (model + tokenizer) to `dest`, training it only once per config."""
+    cfg = cfg or WarmStartConfig()
+    cached = _cache_root() / f"warmstart-{_key(cfg)}"
+    if not (cached / "done.json").exists():
+        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tok = CharTokenizer.build()
+        model = build_model(tok, cfg)
+        losses = supervised_finetune(model, tok, cfg)
+        model.save_pretrained(tmp)
+        tok.save(tmp / TOKENIZER_FILE)
+        (tmp / "done.json").write_text(json.dumps({"final_loss": losses[-1], **cfg.model_dump()}))
+        if not (cached / "done.json").exists():
+            shutil.rmtree(cached, ignore_errors=True)
+            tmp.rename(cached)
+        else:
+            shutil.rmtree(tmp)
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(cached, dest)
+    return dest

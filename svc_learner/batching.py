@@ -1,0 +1,56 @@
+"""ScoredGroups (as the reward service wrote them) into the tensors one learner step trains on."""
+from __future__ import annotations
+
+import torch
+
+from m1flow.contracts import events
+from svc_learner.update import Batch
+
+INFRA_FAILURES = {"timeout", "sandbox_error", "judge_error"}
+
+
+def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
+    """Right-padded prompt+response sequences; None when no sample can be trained on.
+
+    Samples whose score is an infrastructure failure are left out here: their reward says nothing
+    about the sample. Dropped groups are kept and flagged so the update counts them.
+    """
+    rows = []
+    for gi, group in enumerate(groups):
+        for s in group.samples:
+            if s.status in INFRA_FAILURES or not s.token_ids:
+                continue
+            rows.append((gi, group.dropped, s))
+    if not rows:
+        return None
+    width = max(len(s.prompt_token_ids) + len(s.token_ids) for _, _, s in rows)
+    n = len(rows)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    logp = torch.zeros((n, width), dtype=torch.float32)
+    for row, (_, _, s) in enumerate(rows):
+        p, r = len(s.prompt_token_ids), len(s.token_ids)
+        input_ids[row, :p] = torch.tensor(list(s.prompt_token_ids))
+        input_ids[row, p : p + r] = torch.tensor(list(s.token_ids))
+        mask[row, p : p + r] = 1.0
+        logp[row, p : p + r] = torch.tensor(list(s.logprobs), dtype=torch.float32)
+    return Batch(
+        input_ids=input_ids, response_mask=mask, rollout_logp=logp,
+        advantages=torch.tensor([s.advantage for _, _, s in rows], dtype=torch.float32),
+        policy_version=torch.tensor([s.policy_version for _, _, s in rows], dtype=torch.long),
+        group_ids=torch.tensor([gi for gi, _, _ in rows], dtype=torch.long),
+        dropped=torch.tensor([d for _, d, _ in rows], dtype=torch.bool))
+
+
+def group_stats(groups: list[events.ScoredGroup]) -> dict[str, float]:
+    """Reward, accuracy and length of the samples a batch was made of, for metrics and the monitor."""
+    samples = [s for g in groups for s in g.samples if s.status not in INFRA_FAILURES]
+    if not samples:
+        return {}
+    judged = [s for s in samples if s.HasField("correct")]
+    return {
+        "reward_mean": sum(s.reward for s in samples) / len(samples),
+        "accuracy": sum(s.correct for s in judged) / max(1, len(judged)),
+        "length_mean": sum(len(s.token_ids) for s in samples) / len(samples),
+        "groups_dropped": float(sum(g.dropped for g in groups)),
+    }

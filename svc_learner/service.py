@@ -1,0 +1,156 @@
+"""svc_learner: scored groups in, CISPO steps, checkpoints out, new versions announced on `policy`."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+import torch
+
+from m1flow.bus import Context, Record, StreamWorker, codec
+from m1flow.bus.topics import POLICY, SCORED, POLICY_KEY
+from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.model import MiniMaxM1ForCausalLM
+from m1flow.policy import uri_for
+from m1flow.runtime.service import Service
+from m1flow.warmstart import TOKENIZER_FILE
+from svc_learner import checkpoint
+from svc_learner.batching import group_stats, to_batch
+from svc_learner.config import LearnerServiceConfig
+from svc_learner.optim import make_optimizer
+from svc_learner.update import train_on_batch
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """The learner's state: model, optimizer, progress; one `step()` per batch of groups."""
+
+    def __init__(self, cfg: LearnerServiceConfig) -> None:
+        self.cfg = cfg
+        self.root = cfg.run_dir / "learner" / "checkpoints"
+        torch.manual_seed(cfg.seed)
+        found = checkpoint.latest(self.root)
+        source = found or cfg.init_checkpoint
+        if source is None:
+            raise RuntimeError("no learner checkpoint and no --init-checkpoint to start from")
+        self.model = MiniMaxM1ForCausalLM.from_pretrained(source)
+        self.model.train()
+        self.tokenizer_file = source / TOKENIZER_FILE
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay)
+        if found is not None:
+            self.state = checkpoint.load_state(found)
+            checkpoint.load_optimizer(found, self.optimizer)
+            self.current_dir, self.sha = found, checkpoint.weights_sha256(found)
+            log.info("resumed from %s (version %s, offsets %s)", found, self.state.version, self.state.offsets)
+        else:
+            self.state = checkpoint.LearnerState()
+            self.current_dir, self.sha = self._save()
+        self.applied = {gid for step in self.state.applied_groups for gid in step}
+        self.last_stats: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def _save(self):
+        return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_file,
+                               keep=self.cfg.keep_checkpoints)
+
+    def step(self, groups: list[events.ScoredGroup], offsets: dict[str, int]) -> dict[str, float]:
+        """Train on one batch, then advance version and offsets together in one checkpoint."""
+        batch = to_batch(groups, pad_id=self.model.config.pad_token_id or 0)
+        stats = dict(group_stats(groups))
+        if batch is not None:
+            stats.update(train_on_batch(self.model, self.optimizer, batch, self.cfg.train, self.state.version))
+        with self.lock:
+            self.state.version += 1
+            self.state.step += 1
+            self.state.offsets = offsets
+            self.state.applied_groups.append([g.group_id for g in groups])
+            self.state.samples_dropped_stale += int(stats.get("dropped_stale", 0))
+            self.current_dir, self.sha = self._save()
+            self.applied.update(g.group_id for g in groups)
+            self.last_stats = stats
+        return stats
+
+    def announcement(self, run_id: str) -> events.PolicyVersion:
+        return events.PolicyVersion(
+            header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
+                                message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
+            version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
+            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()})
+
+
+class ScoredHandler:
+    topics = (SCORED,)
+
+    def __init__(self, service: "LearnerService") -> None:
+        self.service = service
+        self.buffer: list[tuple[events.ScoredGroup, Record]] = []
+
+    def handle(self, group: events.ScoredGroup, record: Record, ctx: Context) -> None:
+        trainer = self.service.trainer
+        if group.group_id in trainer.applied or any(g.group_id == group.group_id for g, _ in self.buffer):
+            return  # the reward service may score a group twice after a crash: apply it once
+        ctx.hold(record)
+        self.buffer.append((group, record))
+        if len(self.buffer) >= self.service.config.batch_groups:
+            self.train(ctx)
+
+    def train(self, ctx: Context) -> None:
+        groups = [g for g, _ in self.buffer]
+        ctx.release([r for _, r in self.buffer])
+        offsets = {f"{t}/{p}": off for (t, p), off in self.service.worker.tracker.committable().items()}
+        self.buffer = []
+        stats = self.service.trainer.step(groups, offsets)
+        version = self.service.trainer.state.version
+        ctx.emit(POLICY, POLICY_KEY, self.service.trainer.announcement(self.service.config.run_id))
+        for name, value in stats.items():
+            ctx.metric(f"learner/{name}", value, step=version)
+        log.info("step %s: %s", version, {k: round(v, 4) for k, v in stats.items()})
+
+    def tick(self, ctx: Context) -> None:
+        pass
+
+    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
+        pass
+
+
+class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
+    def __init__(self, service: "LearnerService") -> None:
+        self.service = service
+
+    def Status(self, request: rpc.LearnerStatusRequest, context: grpc.ServicerContext) -> rpc.LearnerStatus:  # noqa: N802
+        trainer = self.service.trainer
+        with trainer.lock:
+            return rpc.LearnerStatus(
+                policy_version=trainer.state.version, step=trainer.state.step,
+                groups_applied=len(trainer.applied), samples_dropped_stale=trainer.state.samples_dropped_stale,
+                checkpoint_uri=uri_for(trainer.current_dir),
+                last_stats={k: float(v) for k, v in trainer.last_stats.items()})
+
+
+class LearnerService(Service):
+    name = "learner"
+    Config = LearnerServiceConfig
+
+    def __init__(self, config: LearnerServiceConfig) -> None:
+        super().__init__(config)
+        self.config: LearnerServiceConfig = config
+        torch.set_num_threads(config.torch_threads)
+        self.trainer = Trainer(config)
+
+    def register(self, server: grpc.Server) -> list[str]:
+        rpc_grpc.add_LearnerServiceServicer_to_server(LearnerGrpc(self), server)
+        return ["m1flow.v1.LearnerService"]
+
+    def start(self) -> None:
+        self.worker = StreamWorker(self.config.bootstrap, self.group_id, ScoredHandler(self), "learner",
+                                   start_offsets=self.trainer.state.offsets, max_records=16)
+        self.worker.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
+        self.worker.producer.flush()
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            self.worker.step()
+
+    def shutdown(self) -> None:
+        self.worker.close()  # buffered groups stay uncommitted and are re-read on restart

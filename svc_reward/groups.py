@@ -1,0 +1,107 @@
+"""Collect the G rollouts of a group, and turn a complete group into one ScoredGroup."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from m1flow.bus import Record, codec
+from m1flow.bus.dedupe import SeenIds
+from m1flow.contracts import events
+from svc_reward.config import RewardConfig
+from svc_reward.result import ScoreResult, Status
+from svc_reward.scorers import ScorerRegistry
+from svc_reward.shaping import group_advantages, is_degenerate, overlong_penalty
+
+
+@dataclass
+class PendingGroup:
+    group_id: str
+    group_size: int
+    first_seen: float
+    rollouts: dict[int, events.Rollout] = field(default_factory=dict)
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.rollouts) >= self.group_size
+
+    @property
+    def partitions(self) -> set[tuple[str, int]]:
+        return {(r.topic, r.partition) for r in self.records}
+
+
+class GroupBuffer:
+    """Groups waiting for their rollouts. Duplicate and late rollouts are recognised, not re-scored."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, PendingGroup] = {}
+        self.finished = SeenIds()
+
+    def add(self, rollout: events.Rollout, record: Record) -> tuple[PendingGroup | None, bool]:
+        """(the group if this rollout completed it, whether the rollout is new)."""
+        if rollout.group_id in self.finished:
+            return None, False
+        group = self.pending.get(rollout.group_id)
+        if group is None:
+            group = self.pending[rollout.group_id] = PendingGroup(
+                rollout.group_id, max(1, rollout.group_size), time.monotonic())
+        group.records.append(record)
+        if rollout.index in group.rollouts:
+            return None, False
+        group.rollouts[rollout.index] = rollout
+        return (self.pop(rollout.group_id) if group.complete else None), True
+
+    def pop(self, group_id: str) -> PendingGroup:
+        self.finished.seen(group_id)
+        return self.pending.pop(group_id)
+
+    def expired(self, timeout_s: float) -> list[PendingGroup]:
+        now = time.monotonic()
+        return [self.pop(gid) for gid, g in list(self.pending.items()) if now - g.first_seen > timeout_s]
+
+    def drop_partitions(self, partitions: set[tuple[str, int]]) -> None:
+        """Forget groups on partitions handed to another replica; it re-reads their rollouts."""
+        for gid, group in list(self.pending.items()):
+            if group.partitions & partitions:
+                del self.pending[gid]
+
+
+def score_sample(rollout: events.Rollout, registry: ScorerRegistry, cfg: RewardConfig) -> ScoreResult:
+    """Verifier verdict plus the format reward and the soft overlong penalty."""
+    result = registry.score(rollout.response_text, rollout.verifier)
+    if not result.usable:
+        return result
+    window = rollout.max_new_tokens or len(rollout.token_ids)
+    penalty = overlong_penalty(len(rollout.token_ids), window, int(window * cfg.overlong_buffer_frac))
+    if rollout.finish_reason == events.FINISH_REASON_LENGTH:
+        penalty = -1.0 if result.status is Status.FORMAT_ERROR else penalty
+    fmt = cfg.format_reward if result.status is Status.OK else 0.0
+    return result.with_parts(format=fmt, length_penalty=penalty)
+
+
+def score_group(group: PendingGroup, registry: ScorerRegistry, cfg: RewardConfig) -> events.ScoredGroup:
+    rollouts = [group.rollouts[i] for i in sorted(group.rollouts)]
+    results = [score_sample(r, registry, cfg) for r in rollouts]
+    rewards = [res.reward for res in results]
+    usable = [res.usable for res in results]
+    advantages = group_advantages(rewards, usable)
+    dropped = is_degenerate(rewards, usable)
+    first = rollouts[0]
+    scored = events.ScoredGroup(
+        header=codec.header("reward", run_id=first.header.trace.run_id, group_id=group.group_id,
+                            policy_version=first.policy_version, message_id=f"scored:{group.group_id}"),
+        group_id=group.group_id, prompt_id=first.prompt_id, task_type=first.task_type,
+        dropped=dropped, drop_reason="all rewards equal" if dropped else "",
+        incomplete=not group.complete, group_size=group.group_size,
+        source_offsets=sorted({rec.position for rec in group.records}))
+    for rollout, res, adv in zip(rollouts, results, advantages):
+        sample = scored.samples.add(
+            rollout_id=rollout.rollout_id, index=rollout.index, reward=res.reward, status=res.status.value,
+            parts=events.RewardParts(correctness=res.parts.correctness, format=res.parts.format,
+                                     length_penalty=res.parts.length_penalty, genrm=res.parts.genrm),
+            advantage=adv, detail=res.detail, policy_version=rollout.policy_version,
+            prompt_token_ids=rollout.prompt_token_ids, token_ids=rollout.token_ids,
+            logprobs=rollout.logprobs, finish_reason=rollout.finish_reason)
+        if res.correct is not None:
+            sample.correct = res.correct
+    return scored

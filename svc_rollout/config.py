@@ -1,0 +1,20 @@
+"""Settings of the rollout service."""
+from __future__ import annotations
+
+from pydantic import Field
+
+from m1flow.runtime.config import ServiceConfig
+
+
+class RolloutConfig(ServiceConfig):
+    """svc_rollout: samples G completions per prompt with the current policy."""
+
+    group_size: int = Field(8, description="completions per prompt when the prompt does not say")
+    max_new_tokens: int = Field(8, description="output window until `control` sets another")
+    temperature: float = 1.0
+    top_p: float = 0.95
+    early_stop_run: int = Field(3000, description="stop after this many consecutive near-certain tokens")
+    early_stop_prob: float = 0.99
+    max_ahead_groups: int = Field(32, description="pause after this many groups on one policy version")
+    policy_wait_s: float = Field(120.0, description="how long start-up waits for a first policy")
+    torch_threads: int = 1

@@ -1,0 +1,147 @@
+"""svc_rollout: prompts in, one Rollout per completion out, tagged with the policy that sampled it."""
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import torch
+
+from m1flow.bus import Context, Record, StreamWorker, codec
+from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
+from m1flow.bus.watch import TopicWatcher
+from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.policy import seed_for
+from m1flow.runtime import logs
+from m1flow.runtime.service import Service
+from svc_rollout.config import RolloutConfig
+from svc_rollout.engine import FINISH, NativeEngine
+
+log = logging.getLogger(__name__)
+
+
+class PromptHandler:
+    topics = (PROMPTS,)
+
+    def __init__(self, service: "RolloutService") -> None:
+        self.service = service
+
+    def handle(self, prompt: events.Prompt, record: Record, ctx: Context) -> None:
+        for rollout in self.service.rollouts_for(prompt):
+            ctx.emit(ROLLOUTS, rollout.group_id, rollout)
+        self.service.groups_on_version += 1
+
+    def tick(self, ctx: Context) -> None:
+        pass
+
+    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
+        pass
+
+
+class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
+    def __init__(self, service: "RolloutService") -> None:
+        self.service = service
+
+    def Generate(self, request: rpc.GenerateRequest, context: grpc.ServicerContext):  # noqa: N802
+        cfg = self.service.config
+        version, _, completions = self.service.engine.generate(
+            request.prompt, n=request.n or 1, max_new_tokens=request.max_new_tokens or self.service.window,
+            temperature=request.temperature or cfg.temperature, top_p=request.top_p or cfg.top_p,
+            seed=request.seed or seed_for(request.prompt, time.time_ns()))
+        for i, comp in enumerate(completions):
+            yield rpc.GeneratedSample(index=i, text=self.service.engine.decode(comp.tokens),
+                                      token_ids=comp.tokens, logprobs=comp.logprobs,
+                                      finish_reason=FINISH[comp.finish_reason], policy_version=version)
+
+
+class RolloutService(Service):
+    name = "rollout"
+    Config = RolloutConfig
+
+    def __init__(self, config: RolloutConfig) -> None:
+        super().__init__(config)
+        self.config: RolloutConfig = config
+        self.engine = NativeEngine()
+        self.window = config.max_new_tokens
+        self.paused = False
+        self.groups_on_version = 0
+        torch.set_num_threads(config.torch_threads)
+
+    def register(self, server: grpc.Server) -> list[str]:
+        rpc_grpc.add_RolloutServiceServicer_to_server(RolloutGrpc(self), server)
+        return ["m1flow.v1.RolloutService"]
+
+    def start(self) -> None:
+        self.watcher = TopicWatcher(self.config.bootstrap, (POLICY, CONTROL), f"rollout-{self.config.replica}-watch")
+        deadline = time.monotonic() + self.config.policy_wait_s
+        while self.engine.version < 0:
+            self.refresh(timeout_ms=500)
+            if time.monotonic() > deadline or self.stop.is_set():
+                raise RuntimeError("no policy announced on `policy`: start the learner or publish one")
+        self.worker = StreamWorker(self.config.bootstrap, self.group_id, PromptHandler(self), "rollout",
+                                   max_records=1, client_id=f"rollout-{self.config.replica}")
+
+    def refresh(self, timeout_ms: int = 0) -> None:
+        """Apply new policy versions and control commands."""
+        newest = None
+        for msg in self.watcher.poll(timeout_ms):
+            if isinstance(msg, events.PolicyVersion):
+                if newest is None or msg.version > newest.version:
+                    newest = msg
+            elif msg.HasField("set_window"):
+                self.window = msg.set_window.max_new_tokens
+                log.info("output window set to %s", self.window)
+            elif msg.HasField("pause"):
+                self.paused = True
+            elif msg.HasField("resume"):
+                self.paused = False
+        if newest is not None and newest.version > self.engine.version:
+            self.engine.load(newest)
+            self.groups_on_version = 0
+
+    def rollouts_for(self, prompt: events.Prompt) -> list[events.Rollout]:
+        cfg = self.config
+        group_id = f"{prompt.prompt_id}/{prompt.header.message_id[:8]}"
+        n = prompt.group_size or cfg.group_size
+        window = prompt.max_new_tokens or self.window
+        with logs.trace(run_id=prompt.header.trace.run_id, group_id=group_id):
+            version, prompt_ids, completions = self.engine.generate(
+                prompt.text, n=n, max_new_tokens=window, temperature=cfg.temperature, top_p=cfg.top_p,
+                seed=seed_for(group_id, self.engine.version), early_stop_run=cfg.early_stop_run,
+                early_stop_prob=cfg.early_stop_prob)
+            out = []
+            for i, comp in enumerate(completions):
+                rollout_id = f"{group_id}/{i}"
+                out.append(events.Rollout(
+                    header=codec.header("rollout", run_id=prompt.header.trace.run_id or cfg.run_id,
+                                        group_id=group_id, rollout_id=rollout_id,
+                                        policy_version=version, message_id=f"{rollout_id}@v{version}"),
+                    rollout_id=rollout_id, group_id=group_id, prompt_id=prompt.prompt_id, index=i,
+                    group_size=n, task_type=prompt.task_type, prompt_text=prompt.text,
+                    prompt_token_ids=prompt_ids, token_ids=comp.tokens, logprobs=comp.logprobs,
+                    response_text=self.engine.decode(comp.tokens),
+                    finish_reason=FINISH[comp.finish_reason], policy_version=version,
+                    verifier=prompt.verifier, max_new_tokens=window, engine=self.engine.name))
+            log.info("generated group of %s on policy v%s", n, version)
+            return out
+
+    def should_wait(self) -> bool:
+        """Paused by `control`, or too far ahead of the learner (bounded staleness)."""
+        return self.paused or self.groups_on_version >= self.config.max_ahead_groups
+
+    def loop(self) -> None:
+        consumer = self.worker.consumer
+        while not self.stop.is_set():
+            self.refresh()
+            assigned = consumer.assignment()
+            if self.should_wait():
+                consumer.pause(*assigned)
+            elif consumer.paused():
+                consumer.resume(*consumer.paused())
+            self.worker.step()
+
+    def shutdown(self) -> None:
+        self.worker.close()
+        self.watcher.close()
+
+
