@@ -1,0 +1,1 @@
+"""Compute kernels of the hybrid model: Triton on GPUs, PyTorch references everywhere."""

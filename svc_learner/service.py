@@ -7,7 +7,7 @@ import threading
 import grpc
 import torch
 
-from m1flow.bus import Context, Record, StreamWorker, codec
+from m1flow.bus import Context, Record, codec
 from m1flow.bus.topics import POLICY, SCORED, POLICY_KEY
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.model import MiniMaxM1ForCausalLM
@@ -98,7 +98,7 @@ class ScoredHandler:
     def train(self, ctx: Context) -> None:
         groups = [g for g, _ in self.buffer]
         ctx.release([r for _, r in self.buffer])
-        offsets = {f"{t}/{p}": off for (t, p), off in self.service.worker.tracker.committable().items()}
+        offsets = {f"{t}/{p}": off for (t, p), off in self.service.stream.tracker.committable().items()}
         self.buffer = []
         stats = self.service.trainer.step(groups, offsets)
         version = self.service.trainer.state.version
@@ -143,14 +143,9 @@ class LearnerService(Service):
         return ["m1flow.v1.LearnerService"]
 
     def start(self) -> None:
-        self.worker = StreamWorker(self.config.bootstrap, self.group_id, ScoredHandler(self), "learner",
-                                   start_offsets=self.trainer.state.offsets, max_records=16)
-        self.worker.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
-        self.worker.producer.flush()
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            self.worker.step()
+        self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.state.offsets, max_records=16)
+        self.stream.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
+        self.stream.producer.flush()
 
     def shutdown(self) -> None:
-        self.worker.close()  # buffered groups stay uncommitted and are re-read on restart
+        self.stream.close()  # buffered groups stay uncommitted and are re-read on restart

@@ -7,7 +7,7 @@ import logging
 import grpc
 from pydantic import Field
 
-from m1flow.bus import Context, Record, StreamWorker
+from m1flow.bus import Context, Record
 from m1flow.bus.topics import METRICS, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.config import ServiceConfig
@@ -81,12 +81,7 @@ class MonitorService(Service):
         return ["m1flow.v1.MonitorService"]
 
     def start(self) -> None:
-        self.worker = StreamWorker(self.config.bootstrap, self.group_id, MonitorHandler(self.store), "monitor",
-                                   max_records=256)
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            self.worker.step()
+        self.stream = self.worker(MonitorHandler(self.store), max_records=256)
 
     def shutdown(self) -> None:
-        self.worker.close()
+        self.stream.close()

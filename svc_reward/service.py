@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import grpc
 from prometheus_client import Counter
 
-from m1flow.bus import Context, Record, StreamWorker
+from m1flow.bus import Context, Record
 from m1flow.bus.topics import ROLLOUTS, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
@@ -97,13 +97,8 @@ class RewardService(Service):
 
     def start(self) -> None:
         self.handler = GroupHandler(self.registry, self.config)
-        self.worker = StreamWorker(self.config.bootstrap, self.group_id, self.handler, "reward",
-                                   client_id=f"reward-{self.config.replica}")
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            self.worker.step()
+        self.stream = self.worker(self.handler)
 
     def shutdown(self) -> None:
-        self.handler.drain(self.worker.ctx)
-        self.worker.close()
+        self.handler.drain(self.stream.ctx)
+        self.stream.close()

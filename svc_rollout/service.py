@@ -7,7 +7,7 @@ import time
 import grpc
 import torch
 
-from m1flow.bus import Context, Record, StreamWorker, codec
+from m1flow.bus import Context, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
@@ -78,8 +78,7 @@ class RolloutService(Service):
             self.refresh(timeout_ms=500)
             if time.monotonic() > deadline or self.stop.is_set():
                 raise RuntimeError("no policy announced on `policy`: start the learner or publish one")
-        self.worker = StreamWorker(self.config.bootstrap, self.group_id, PromptHandler(self), "rollout",
-                                   max_records=1, client_id=f"rollout-{self.config.replica}")
+        self.stream = self.worker(PromptHandler(self), max_records=1)
 
     def refresh(self, timeout_ms: int = 0) -> None:
         """Apply new policy versions and control commands."""
@@ -130,7 +129,7 @@ class RolloutService(Service):
         return self.paused or self.groups_on_version >= self.config.max_ahead_groups
 
     def loop(self) -> None:
-        consumer = self.worker.consumer
+        consumer = self.stream.consumer
         while not self.stop.is_set():
             self.refresh()
             assigned = consumer.assignment()
@@ -138,10 +137,10 @@ class RolloutService(Service):
                 consumer.pause(*assigned)
             elif consumer.paused():
                 consumer.resume(*consumer.paused())
-            self.worker.step()
+            self.stream.step()
 
     def shutdown(self) -> None:
-        self.worker.close()
+        self.stream.close()
         self.watcher.close()
 
 

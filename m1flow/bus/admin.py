@@ -13,8 +13,11 @@ def admin_client(bootstrap: str, client_id: str = "m1flow-admin") -> KafkaAdminC
     return KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=20000)
 
 
-def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[str]:
-    """Create missing topics with the table's partitions and config; return the names created."""
+def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suffix: str = "") -> list[str]:
+    """Create missing topics with the table's partitions and config (and their `.suffix` copies
+    when given); return the names created."""
+    if suffix:
+        specs = specs + tuple(s.renamed(f"{s.name}.{suffix}") for s in specs)
     admin = admin_client(bootstrap)
     try:
         existing = set(admin.list_topics())

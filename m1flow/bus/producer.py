@@ -22,7 +22,8 @@ class Producer:
     "commit only after the outputs are acknowledged" true.
     """
 
-    def __init__(self, bootstrap: str, client_id: str, linger_ms: int = 5) -> None:
+    def __init__(self, bootstrap: str, client_id: str, linger_ms: int = 5, suffix: str = "") -> None:
+        self.suffix = suffix
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap, client_id=client_id, acks="all", enable_idempotence=True,
             linger_ms=linger_ms, max_request_size=16 * 1024 * 1024, batch_size=1024 * 1024,
@@ -37,6 +38,8 @@ class Producer:
     def send_bytes(self, topic: TopicSpec | str, key: str | bytes | None, value: bytes,
                    partition: int | None = None) -> FutureRecordMetadata:
         name = topic if isinstance(topic, str) else topic.name
+        if self.suffix:
+            name = f"{name}.{self.suffix}"
         future = self._producer.send(name, key=_key(key), value=value, partition=partition)
         self._pending.append(future)
         return future

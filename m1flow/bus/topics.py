@@ -1,7 +1,7 @@
 """The topic table of ARCHITECTURE.md: names, keys, value types, partitions and retention."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.protobuf.message import Message
 
@@ -16,6 +16,9 @@ class TopicSpec:
     partitions: int
     compacted: bool = False
     config: dict[str, str] = field(default_factory=dict)
+
+    def renamed(self, name: str) -> "TopicSpec":
+        return replace(self, name=name)
 
 
 PROMPTS = TopicSpec("prompts", events.Prompt, "prompt_id", partitions=4)
@@ -35,8 +38,8 @@ POLICY_KEY = b"policy"
 
 
 def spec(name: str) -> TopicSpec:
-    """Look a topic up by name, with a clear error for a typo."""
+    """Look a topic up by name ('scored.replay' is a copy of 'scored'), with a clear error for a typo."""
     try:
-        return BY_NAME[name]
+        return BY_NAME[name.split(".", 1)[0]]
     except KeyError:
         raise KeyError(f"unknown topic {name!r}; known: {', '.join(BY_NAME)}") from None

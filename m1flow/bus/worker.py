@@ -84,18 +84,22 @@ class _Rebalance(ConsumerRebalanceListener):
 
 class StreamWorker:
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
-                 producer: Producer | None = None, poll_ms: int = 200, max_records: int = 64,
+                 producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
                  client_id: str | None = None, session_timeout_ms: int = 10_000,
-                 start_offsets: dict[str, int] | None = None) -> None:
+                 start_offsets: dict[str, int] | None = None,
+                 stop_offsets: dict[str, int] | None = None, output_suffix: str = "") -> None:
         """start_offsets: None to join the group and resume from its commits; a dict
         ("topic/partition" -> offset, missing ones from the beginning) to own every partition and
-        resume from positions the caller stored itself (the learner keeps them in its checkpoint)."""
+        resume from positions the caller stored itself (the learner keeps them in its checkpoint).
+        stop_offsets: replay mode; records at or past these offsets are left alone, and
+        `finished` turns true once every listed partition got there with nothing in flight."""
+        self.stop_offsets = stop_offsets
         self.group_id = group_id
         self.handler = handler
         self.service = service
         self.poll_ms = poll_ms
         self.max_records = max_records
-        self.producer = producer or Producer(bootstrap, client_id or service)
+        self.producer = producer or Producer(bootstrap, client_id or service, suffix=output_suffix)
         self.tracker = OffsetTracker()
         self.seen = SeenIds()
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
@@ -104,7 +108,7 @@ class StreamWorker:
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=max_records,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
             max_poll_interval_ms=600_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
-            max_partition_fetch_bytes=16 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
+            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
         if start_offsets is None:
             self.consumer.subscribe([t.name for t in handler.topics], listener=_Rebalance(self))
         else:
@@ -134,13 +138,33 @@ class StreamWorker:
         batches = self.consumer.poll(timeout_ms=self.poll_ms, max_records=self.max_records)
         count = 0
         for tp, raw_records in batches.items():
+            end = self._stop_at(tp.topic, tp.partition)
             for raw in raw_records:
+                if raw.offset >= end:
+                    self.consumer.pause(tp)
+                    break
                 count += 1
                 self._process(Record(tp.topic, tp.partition, raw.offset, raw.key, raw.value,
                                      raw.timestamp))
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         return count
+
+    def _stop_at(self, topic: str, partition: int) -> float:
+        if self.stop_offsets is None:
+            return float("inf")
+        return self.stop_offsets.get(f"{topic}/{partition}", 0)
+
+    @property
+    def finished(self) -> bool:
+        """Replay mode: every partition reached its stop offset and all outputs are committed."""
+        if self.stop_offsets is None or self.tracker.in_flight():
+            return False
+        for key, end in self.stop_offsets.items():
+            topic, part = key.rsplit("/", 1)
+            if end > 0 and self.consumer.position(TopicPartition(topic, int(part))) < end:
+                return False
+        return True
 
     def _process(self, record: Record) -> None:
         self.tracker.track(record.topic, record.partition, record.offset)

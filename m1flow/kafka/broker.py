@@ -229,6 +229,7 @@ class Broker:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM binds: TIME_WAIT is free
         try:
             sock.bind(("127.0.0.1", port))
             return True

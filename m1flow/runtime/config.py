@@ -25,6 +25,9 @@ class ServiceConfig(BaseModel):
     replica: int = Field(0, description="Replica index, for logs and readiness files")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
     metrics_port: int = Field(0, description="Prometheus /metrics port; 0 picks a free one; -1 disables")
+    output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
+    stop_offsets: dict[str, int] | None = Field(
+        None, description="replay: stop at these offsets ('topic/partition' -> end) and exit")
     log_level: str = "INFO"
     log_json: bool = True
 

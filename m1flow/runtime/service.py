@@ -10,11 +10,12 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import grpc
 
 from m1flow.bus.admin import ensure_topics
+from m1flow.bus.worker import Handler, StreamWorker
 from m1flow.runtime import health, logs
 from m1flow.runtime.config import ServiceConfig
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 class Service(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[ServiceConfig]] = ServiceConfig
+    uses_kafka: ClassVar[bool] = True
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
@@ -41,9 +43,20 @@ class Service(ABC):
     def start(self) -> None:
         """Connect to Kafka and build state; after it returns the service reports SERVING."""
 
-    @abstractmethod
+    def worker(self, handler: "Handler", **kwargs: Any) -> StreamWorker:
+        """A StreamWorker for this service honouring the replay/redirect settings."""
+        kwargs.setdefault("client_id", f"{self.name}-{self.config.replica}")
+        return StreamWorker(self.config.bootstrap, self.group_id, handler, self.name,
+                            stop_offsets=self.config.stop_offsets, output_suffix=self.config.output_suffix,
+                            **kwargs)
+
     def loop(self) -> None:
-        """Run until self.stop is set."""
+        """Run the stream worker until stopped (or, replaying, until the range is done)."""
+        while not self.stop.is_set():
+            self.stream.step()
+            if self.stream.finished:
+                log.info("replay range done")
+                break
 
     def shutdown(self) -> None:
         """Finish or hand back in-flight work, commit, close."""
@@ -59,7 +72,8 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     service = cls(config)
     signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
-    ensure_topics(config.bootstrap)
+    if cls.uses_kafka:
+        ensure_topics(config.bootstrap, suffix=config.output_suffix)
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_port)
     names = service.register(server)
     server.start()

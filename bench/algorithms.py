@@ -1,0 +1,165 @@
+"""GRPO vs DAPO vs CISPO on the arithmetic task, from the same SFT warm start.
+
+    python bench/algorithms.py                 # 3 algorithms x 3 seeds, about 15 min on 2 cores
+    python bench/algorithms.py --seeds 0 --steps 8    # a quick look
+
+Everything but the objective's mask is shared: the warm-started tiny hybrid model, the prompts of
+each step (per seed), group size, learning rate, AdamW (0.9, 0.95, 1e-15), and the number of
+off-policy minibatch updates per generation batch (the report: 16; here --minibatches). Each step
+samples G completions per prompt with the native engine (temperature 1, top-p 1, so the recorded
+log-probs are the behaviour policy's), rewards a correct final answer with 1, normalises rewards
+within each group, drops groups whose rewards are all equal (DAPO's dynamic sampling), then runs
+the learner's train_on_batch. Validation accuracy is greedy decoding on held-out problems.
+Printed per algorithm (mean over seeds): accuracy after the last step, the first evaluated step
+at which validation accuracy reached --target, and the objective's statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
+from m1flow.tasks.arith import ArithProblem, parse_answer, problems  # noqa: E402
+from m1flow.tokenizer import CharTokenizer  # noqa: E402
+from m1flow.warmstart import TOKENIZER_FILE, WarmStartConfig, warm_started_policy  # noqa: E402
+from svc_learner.optim import make_optimizer  # noqa: E402
+from svc_learner.update import Batch, LearnerConfig, train_on_batch  # noqa: E402
+
+MAX_NEW_TOKENS = 6
+
+
+def prompt_ids(tok: CharTokenizer, problem: ArithProblem) -> list[int]:
+    return [tok.bos_id, *tok.encode(problem.text)]
+
+
+def is_correct(tok: CharTokenizer, tokens: list[int], problem: ArithProblem) -> bool:
+    return parse_answer(tok.decode(tokens)) == int(problem.answer)
+
+
+def accuracy(model: MiniMaxM1ForCausalLM, tok: CharTokenizer, val: list[ArithProblem]) -> float:
+    hits = 0
+    for p in val:
+        [c] = sample(model, prompt_ids(tok, p), n=1, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0,
+                     eos_id=tok.eos_id)
+        hits += is_correct(tok, c.tokens, p)
+    return hits / len(val)
+
+
+def rollout_batch(model, tok, prompts: list[ArithProblem], group: int, version: int,
+                  gen: torch.Generator) -> tuple[Batch, float]:
+    """Sample, score and pack one generation batch; returns it and the mean reward."""
+    rows, rewards_all = [], []
+    for gi, p in enumerate(prompts):
+        ids = prompt_ids(tok, p)
+        done = sample(model, ids, n=group, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, top_p=1.0,
+                      eos_id=tok.eos_id, generator=gen)
+        rewards = torch.tensor([float(is_correct(tok, c.tokens, p)) for c in done])
+        rewards_all.append(rewards)
+        adv = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6)
+        dropped = bool(rewards.max() == rewards.min())  # dynamic sampling: no signal in this group
+        rows += [(ids, c, float(a), gi, dropped) for c, a in zip(done, adv)]
+    width = max(len(ids) + len(c.tokens) for ids, c, *_ in rows)
+    n = len(rows)
+    input_ids = torch.full((n, width), tok.pad_id, dtype=torch.long)
+    mask, logp = torch.zeros(n, width), torch.zeros(n, width)
+    for r, (ids, c, *_) in enumerate(rows):
+        end = len(ids) + len(c.tokens)
+        input_ids[r, :end] = torch.tensor(ids + c.tokens)
+        mask[r, len(ids) : end] = 1
+        logp[r, len(ids) : end] = torch.tensor(c.logprobs)
+    batch = Batch(
+        input_ids=input_ids, response_mask=mask, rollout_logp=logp,
+        advantages=torch.tensor([a for *_, a, _, _ in rows]),
+        policy_version=torch.full((n,), version, dtype=torch.long),
+        group_ids=torch.tensor([gi for *_, gi, _ in rows]),
+        dropped=torch.tensor([d for *_, d in rows]),
+    )
+    return batch, float(torch.cat(rewards_all).mean())
+
+
+def run(algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, val: list[ArithProblem],
+        args: argparse.Namespace, start_acc: float) -> dict:
+    torch.manual_seed(seed)
+    model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
+    cfg = LearnerConfig(algo=algo, lr=args.lr, minibatches=args.minibatches, grad_clip=args.grad_clip)
+    optimizer = make_optimizer(model.parameters(), cfg.lr)
+    train = problems(seed=1_000 + seed, n=args.steps * args.prompts, max_operand=args.max_operand, prefix="rl")
+    gen = torch.Generator().manual_seed(seed)
+    curve, sums = [(0, start_acc)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
+    for step in range(args.steps):
+        batch, _ = rollout_batch(model, tok, train[step * args.prompts : (step + 1) * args.prompts],
+                                 args.group, step, gen)
+        stats = train_on_batch(model, optimizer, batch, cfg, current_version=step)
+        if stats["updates"]:
+            sums["n"] += 1
+            for k in ("clip_high_frac", "masked_frac", "ratio_mean"):
+                sums[k] += stats[k]
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            curve.append((step + 1, accuracy(model, tok, val)))
+    reached = next((s for s, acc in curve if acc >= args.target), None)
+    n = max(sums.pop("n"), 1)
+    return {"final": curve[-1][1], "reached": reached, "curve": curve, **{k: v / n for k, v in sums.items()}}
+
+
+def _mean_sd(xs: list[float]) -> str:
+    return f"{statistics.mean(xs):.3f} +- {statistics.stdev(xs):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algos", nargs="+", default=["grpo", "dapo", "cispo"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=12, help="generation batches (learner steps) per run")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per generation batch")
+    p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
+    p.add_argument("--minibatches", type=int, default=4, help="off-policy updates per generation batch")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--val", type=int, default=32, help="held-out problems for greedy accuracy")
+    p.add_argument("--eval-every", type=int, default=4)
+    p.add_argument("--target", type=float, default=0.25, help="validation accuracy to count steps to")
+    p.add_argument("--max-operand", type=int, default=WarmStartConfig().max_operand)
+    args = p.parse_args()
+
+    t0 = time.time()
+    policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy")
+    tok = CharTokenizer.from_file(policy_dir / TOKENIZER_FILE)
+    val = problems(seed=777, n=args.val, max_operand=args.max_operand, prefix="val")
+    start_acc = accuracy(MiniMaxM1ForCausalLM.from_pretrained(policy_dir), tok, val)
+    print(f"warm start ready in {time.time() - t0:.0f}s; greedy validation accuracy {start_acc:.3f} "
+          f"({args.val} problems); {args.steps} steps x {args.prompts} prompts x G={args.group}, "
+          f"{args.minibatches} minibatch updates per batch, lr {args.lr}", flush=True)
+    results: dict[str, list[dict]] = {a: [] for a in args.algos}
+    for seed in args.seeds:
+        for algo in args.algos:
+            t = time.time()
+            r = run(algo, seed, policy_dir, tok, val, args, start_acc)
+            results[algo].append(r)
+            print(f"  seed {seed} {algo:5s} curve {[(s, round(a, 3)) for s, a in r['curve']]} "
+                  f"({time.time() - t:.0f}s)", flush=True)
+
+    print(f"\n{'algo':5s} | {'val acc after ' + str(args.steps) + ' steps':>24} | "
+          f"{'steps to acc >= ' + str(args.target):>20} | {'IS clipped (r>1+eps_hi)':>23} | "
+          f"{'tokens masked':>13} | {'mean ratio':>10}")
+    for algo, rs in results.items():
+        reached = [r["reached"] for r in rs if r["reached"] is not None]
+        steps_to = (f"{statistics.mean(reached):.1f} ({len(reached)}/{len(rs)} seeds)" if reached
+                    else f"not reached (0/{len(rs)})")
+        print(f"{algo:5s} | {_mean_sd([r['final'] for r in rs]):>24} | {steps_to:>20} | "
+              f"{statistics.mean(r['clip_high_frac'] for r in rs):>23.3f} | "
+              f"{statistics.mean(r['masked_frac'] for r in rs):>13.3f} | "
+              f"{statistics.mean(r['ratio_mean'] for r in rs):>10.3f}")
+    print(f"total {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

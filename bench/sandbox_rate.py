@@ -1,0 +1,52 @@
+"""Sandbox runs per second on the local jail against a bare subprocess.run of the same program.
+
+The ratio is the price of isolation (namespaces, tmpfs, cgroups, rlimits, privilege drop) per run.
+Run: PYTHONPATH=. python bench/sandbox_rate.py [runs]
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from functools import partial
+
+from svc_sandbox.backend import Sandbox
+from svc_sandbox.jail import JailBackend, JailConfig
+from svc_sandbox.limits import ExecRequest, ExecStatus
+
+PROGRAM = "print(sum(range(1000)))"
+
+
+def _rate(run_once, runs: int) -> float:
+    run_once()  # warm caches
+    start = time.perf_counter()
+    for _ in range(runs):
+        run_once()
+    return runs / (time.perf_counter() - start)
+
+
+def _bare(python: str) -> None:
+    done = subprocess.run([python, "-c", PROGRAM], capture_output=True, timeout=30, check=True)
+    assert done.stdout == b"499500\n"
+
+
+def _jailed(sandbox: Sandbox) -> None:
+    result = sandbox(ExecRequest(code=PROGRAM))
+    assert result.status is ExecStatus.OK and result.stdout == b"499500\n", result
+
+
+def measure(runs: int = 20) -> list[tuple[str, float, str, float]]:
+    """(name, runs/s, peer name, peer runs/s) for a trivial Python program."""
+    rows = []
+    for name, config in [("jail python", JailConfig()), ("jail python, rlimits only", JailConfig(use_cgroups=False))]:
+        sandbox = Sandbox(JailBackend(config))
+        peer = _rate(partial(_bare, sandbox.backend.python), runs)
+        rows.append((name, _rate(partial(_jailed, sandbox), runs), "subprocess.run python", peer))
+    return rows
+
+
+if __name__ == "__main__":
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    print(f"{'sandbox':<28}{'runs/s':>9}   {'peer':<24}{'runs/s':>9}{'ratio':>8}")
+    for name, rate, peer, peer_rate in measure(runs):
+        print(f"{name:<28}{rate:>9.1f}   {peer:<24}{peer_rate:>9.1f}{rate / peer_rate:>8.2f}")

@@ -1,0 +1,5 @@
+import sys
+
+from m1flow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""Start services as local processes and wait until they are ready (readiness file + gRPC health).
+
+Used by `m1flow up`, the demo and the integration tests, so all three run the real entry points.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from m1flow.runtime import health
+from m1flow.runtime.service import ready_file
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVICES = ("sandbox", "reward", "learner", "rollout", "monitor")
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    replica: int
+    run_dir: Path
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "logs" / f"{self.name}-{self.replica}.log"
+
+    def start(self) -> "ServiceProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
+        cmd = [sys.executable, "-m", f"svc_{self.name}", "--run-dir", str(self.run_dir),
+               "--replica", str(self.replica), *self.args]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def info(self) -> dict:
+        path = ready_file(self.run_dir, self.name, self.replica)
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def grpc_address(self) -> str:
+        return self.info().get("grpc", "")
+
+    def wait_ready(self, timeout: float = 180.0) -> "ServiceProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name}-{self.replica} exited with {self.proc.returncode}:\n{self.tail()}")
+            info = self.info()
+            if info.get("pid") == self.proc.pid and health.check(info["grpc"]) == "SERVING":
+                return self
+            time.sleep(0.3)
+        raise TimeoutError(f"{self.name}-{self.replica} not ready after {timeout:.0f}s:\n{self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (graceful: finish, commit, close), SIGKILL if it does not exit in time."""
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.kill(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            return self.proc.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def launch(name: str, run_dir: Path, bootstrap: str, args: list[str] | None = None, replica: int = 0,
+           run_id: str = "local", wait: bool = True, env: dict[str, str] | None = None) -> ServiceProcess:
+    proc = ServiceProcess(name, replica, Path(run_dir),
+                          ["--bootstrap", bootstrap, "--run-id", run_id, *(args or [])], env or {})
+    proc.start()
+    return proc.wait_ready() if wait else proc

@@ -1,0 +1,103 @@
+"""The whole local mini-cluster: broker, topics, an initial policy and every service as processes.
+
+`m1flow up`, the demo and the end-to-end tests all start the system through this one class.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from m1flow.bus.admin import ensure_topics
+from m1flow.kafka import Broker
+from m1flow.launcher import SERVICES, ServiceProcess, launch
+from m1flow.warmstart import WarmStartConfig, warm_started_policy
+
+
+class Stack:
+    def __init__(self, run_dir: str | Path, replicas: dict[str, str | int] | None = None,
+                 service_args: dict[str, list[str]] | None = None, run_id: str = "local",
+                 warmstart: WarmStartConfig | None = None, bootstrap: str | None = None) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.replicas = {name: int((replicas or {}).get(name, 1)) for name in SERVICES}
+        self.service_args = service_args or {}
+        self.run_id = run_id
+        self.warmstart = warmstart or WarmStartConfig()
+        self.broker = Broker(self.run_dir / "kafka")
+        self.bootstrap = bootstrap
+        self.procs: list[ServiceProcess] = []
+
+    def start_broker(self) -> str:
+        if self.bootstrap is None:
+            self.bootstrap = self.broker.start()
+        ensure_topics(self.bootstrap)
+        return self.bootstrap
+
+    def initial_policy(self) -> Path:
+        """The warm-started policy the learner starts from (cached across runs)."""
+        dest = self.run_dir / "policy0"
+        if not (dest / "done.json").exists():
+            warm_started_policy(dest, self.warmstart)
+        return dest
+
+    def args_for(self, name: str) -> list[str]:
+        args = list(self.service_args.get(name, []))
+        if name == "learner" and "--init-checkpoint" not in args:
+            args += ["--init-checkpoint", str(self.initial_policy())]
+        if name == "reward" and "--sandbox-address" not in args:
+            sandbox = self.get("sandbox")
+            if sandbox is not None:
+                args += ["--sandbox-address", sandbox.grpc_address]
+        return args
+
+    def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
+        proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
+                      run_id=self.run_id, wait=wait)
+        self.procs.append(proc)
+        return proc
+
+    def start(self, with_demo_policy: bool = True, services: tuple[str, ...] = SERVICES) -> None:
+        self.start_broker()
+        if with_demo_policy:
+            self.initial_policy()
+        for name in services:  # sandbox before reward, learner (announces v0) before rollout
+            started = [self.start_service(name, i, wait=False) for i in range(self.replicas[name])]
+            for proc in started:
+                proc.wait_ready()
+
+    def get(self, name: str, replica: int = 0) -> ServiceProcess | None:
+        for proc in reversed(self.procs):
+            if proc.name == name and proc.replica == replica:
+                return proc
+        return None
+
+    def restart(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
+        old = self.get(name, replica)
+        if old is not None:
+            old.stop()
+            self.procs.remove(old)
+        return self.start_service(name, replica, wait=wait)
+
+    def restart_crashed(self) -> list[str]:
+        restarted = []
+        for proc in list(self.procs):
+            if not proc.alive():
+                self.restart(proc.name, proc.replica, wait=False)
+                restarted.append(f"{proc.name}-{proc.replica}")
+        return restarted
+
+    def status_table(self) -> str:
+        from m1flow.runtime.health import check
+
+        lines = [f"broker   {self.bootstrap}", f"{'service':<12}{'replica':>8}{'pid':>9}  {'grpc':<22}{'health':<14}metrics"]
+        for proc in self.procs:
+            info = proc.info()
+            state = check(info["grpc"]) if info and proc.alive() else "DOWN"
+            lines.append(f"{proc.name:<12}{proc.replica:>8}{info.get('pid', '-'):>9}  "
+                         f"{info.get('grpc', '-'):<22}{state:<14}{info.get('metrics_port', '-')}")
+        return "\n".join(lines)
+
+    def stop(self, broker: bool = True) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+        if broker:
+            self.broker.stop()

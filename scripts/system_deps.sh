@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the system tools the sandbox needs (bubblewrap jail, git/patch for SWE tasks, gcc/g++ for
+# C/C++ code tasks, prlimit). Idempotent: a no-op when everything is present; apt-get update runs
+# only when something is missing. Needs root (or sudo) on Debian/Ubuntu.
+set -euo pipefail
+declare -A need=( [bwrap]=bubblewrap [git]=git [patch]=patch [gcc]=gcc [g++]=g++ [prlimit]=util-linux [setpriv]=util-linux )
+missing=()
+for tool in "${!need[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${need[$tool]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "system_deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq >&2
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,69 @@
+"""Data-parallel learner steps: `torchrun --nproc-per-node N -m svc_learner`.
+
+Every rank receives the same scored batch, filters it the same way, and takes a strided share of
+each minibatch, so global minibatch j holds the same samples for any world size. Gradients are
+summed across ranks by DDP (gloo on CPU, NCCL on GPU), and the loss of each rank is normalised by
+the global token / response counts, so one distributed update equals the single-process update.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .update import Batch, LearnerConfig, Ranks, SequenceLogprobs, run_updates
+
+
+@dataclass(frozen=True)
+class ProcessGroupRanks(Ranks):
+    """Ranks of the default process group; sums are all-reduces."""
+
+    def sum(self, x: Tensor) -> Tensor:
+        out = x.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+
+def init_distributed(backend: str | None = None) -> Ranks:
+    """Join the torchrun process group if launched by torchrun (WORLD_SIZE > 1), else one process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Ranks()
+    if not dist.is_initialized():
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return ProcessGroupRanks(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
+    """Strided share of a batch: samples rank, rank + world, ... (the layout the update uses)."""
+    return batch.select(torch.arange(rank, len(batch), world))
+
+
+def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
+    """The scorer the update runs on: DDP around SequenceLogprobs when there are several ranks."""
+    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk)
+    if ranks.world == 1:
+        return scorer
+    device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
+    return DistributedDataParallel(scorer, device_ids=device_ids)
+
+
+def train_on_batch_distributed(
+    scorer: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: LearnerConfig,
+    current_version: int,
+    ranks: Ranks,
+) -> dict[str, float]:
+    """train_on_batch across ranks; scorer from wrap_model, batch identical on every rank."""
+    return run_updates(scorer, optimizer, batch, cfg, current_version, ranks)

@@ -1,0 +1,134 @@
+"""CISPO, DAPO and GRPO as one token-level objective (the report's unified form).
+
+Every algorithm here optimises, per response token,
+
+    sg(w_t) * A_t * log pi_theta(o_t) * M_t
+
+* CISPO: w = clip(r, 1 - eps_low, 1 + eps_high) (only the importance weight is clipped), M = 1:
+  every token keeps its gradient.
+* GRPO / DAPO: w = r, and M drops the tokens where PPO's min(r A, clip(r) A) picks the clipped,
+  constant branch: A > 0 and r > 1 + eps_high, or A < 0 and r < 1 - eps_low. The gradient is then
+  exactly that of the clipped PPO surrogate (d r = r d log pi). GRPO clips symmetrically, DAPO
+  decouples eps_low and eps_high ("clip-higher").
+
+Since only the gradient matters, the loss value is -sum(weights * sg(w) A log pi M), not the PPO
+surrogate's value. The loss is the negative objective (minimise it).
+
+Normalisation (how token terms are weighted into one number):
+* "token": sum over every token of the batch / number of tokens (the report's CISPO formula).
+* "sample": mean over each response's tokens, then mean over responses (GRPO's original form).
+* "sample_token": our reading of the report's late-stage "sample-level loss combined with
+  token-level normalisation": the average of the two losses above. Token normalisation keeps long
+  responses' credit; the sample-level half bounds what one response can contribute, which damps
+  the pattern collapse where long negative responses pile up negative gradient.
+
+For data-parallel training pass the global token / response counts (`totals`), so each rank's
+share of the loss uses the same denominator as the single-process loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Algo = Literal["cispo", "dapo", "grpo"]
+Norm = Literal["token", "sample", "sample_token"]
+
+# (eps_low, eps_high) per algorithm. CISPO: no lower bound on the IS weight (report), and the
+# upper bound DAPO uses, so a side-by-side run differs only in the mask. GRPO: PPO's symmetric 0.2.
+# DAPO: its paper's clip-higher values.
+DEFAULT_EPS: dict[str, tuple[float, float]] = {
+    "cispo": (float("inf"), 0.28),
+    "dapo": (0.2, 0.28),
+    "grpo": (0.2, 0.2),
+}
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Counts over the whole (global) minibatch that the normalisation divides by."""
+
+    tokens: float
+    samples: float
+
+
+def local_totals(mask: Tensor) -> Totals:
+    """Token count and number of responses with at least one token, of this process's minibatch."""
+    per_sample = mask.sum(-1)
+    return Totals(tokens=float(per_sample.sum()), samples=float((per_sample > 0).sum()))
+
+
+def resolve_eps(algo: str, eps_low: float | None, eps_high: float | None) -> tuple[float, float]:
+    low, high = DEFAULT_EPS[algo]
+    return (low if eps_low is None else eps_low, high if eps_high is None else eps_high)
+
+
+def token_weights(mask: Tensor, norm: Norm, totals: Totals | None = None) -> Tensor:
+    """Weight of each token in the loss; summing weight * term gives the normalised loss."""
+    mask = mask.float()
+    totals = totals or local_totals(mask)
+    by_token = mask / max(totals.tokens, 1.0)
+    lengths = mask.sum(-1, keepdim=True).clamp(min=1.0)
+    by_sample = mask / lengths / max(totals.samples, 1.0)
+    if norm == "token":
+        return by_token
+    if norm == "sample":
+        return by_sample
+    if norm == "sample_token":
+        return 0.5 * (by_token + by_sample)
+    raise ValueError(f"unknown norm {norm!r}")
+
+
+def trust_region_mask(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> Tensor:
+    """PPO's implicit mask: 0 where min(rA, clip(r)A) takes the constant clipped branch."""
+    drop = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
+    return (~drop).float()
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    algo: Algo = "cispo",
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    norm: Norm = "token",
+    entropy: Tensor | None = None,
+    totals: Totals | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Loss (negative objective) and statistics for one minibatch of responses.
+
+    logp carries the gradient; old_logp is the behaviour policy's log-prob; mask is 1 on trained
+    tokens; advantages is [N] (one per response) or [N, T]. Eps left as None take DEFAULT_EPS[algo].
+    """
+    if algo not in DEFAULT_EPS:
+        raise ValueError(f"unknown algo {algo!r}")
+    low, high = resolve_eps(algo, eps_low, eps_high)
+    mask = mask.float()
+    adv = (advantages[:, None] if advantages.dim() == 1 else advantages).float().expand_as(logp)
+    ratio = torch.exp(logp.detach() - old_logp)
+    if algo == "cispo":
+        weight = ratio.clamp(min=1 - low, max=1 + high)
+        keep = torch.ones_like(ratio)
+    else:
+        weight = ratio
+        keep = trust_region_mask(ratio, adv, low, high)
+    token_w = token_weights(mask, norm, totals)
+    loss = -(token_w * weight * adv * keep * logp).sum()
+
+    valid = mask > 0
+    n = valid.sum().clamp(min=1)
+    stats = {
+        "num_tokens": valid.sum().float(),
+        "clip_high_frac": ((ratio > 1 + high) & valid).sum() / n,
+        "clip_low_frac": ((ratio < 1 - low) & valid).sum() / n,
+        "masked_frac": ((keep == 0) & valid).sum() / n,
+        "ratio_mean": (ratio * mask).sum() / n,
+    }
+    if entropy is not None:
+        stats["entropy"] = (entropy.detach() * mask).sum() / n
+    return loss, stats

@@ -1,0 +1,198 @@
+"""One learner step: filter a scored batch, then several off-policy minibatch updates on it.
+
+The report reuses each generation batch for 16 minibatch updates; after the first, the policy has
+moved away from the one that sampled the tokens, which is what the clipped IS weight (CISPO) or the
+trust-region mask (GRPO/DAPO) handles. This module knows nothing of Kafka; the service feeds it.
+
+Alignment convention: every [N, T] tensor is indexed like input_ids. rollout_logp[:, t] is the
+inference-mode log-prob of token input_ids[:, t] (0 on prompt and padding); the model's hidden
+state at position t - 1 predicts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor, nn
+
+from .objective import Algo, Norm, Totals, policy_loss
+from .optim import clip_gradients
+from .precision import HeadDtype, correlation_moments, head_logprobs, pearson_from_moments
+
+
+class LearnerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = 0.0
+    minibatches: int = Field(4, ge=1, description="off-policy updates per batch (report: 16)")
+    algo: Algo = "cispo"
+    eps_low: float | None = Field(None, description="None: objective.DEFAULT_EPS[algo]")
+    eps_high: float | None = None
+    norm: Norm = "token"
+    grad_clip: float | None = Field(1.0, description="max global grad norm; None: no clipping")
+    max_staleness: int = Field(2, ge=0, description="drop samples more policy versions old than this")
+    old_logp_source: Literal["rollout", "recompute"] = "rollout"
+    head_dtype: HeadDtype = "fp32"
+    logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
+
+
+@dataclass
+class Batch:
+    """N sequences (prompt + response, right-padded) with what the reward service attached."""
+
+    input_ids: Tensor  # [N, T] long
+    response_mask: Tensor  # [N, T] 1 on generated tokens to train on
+    rollout_logp: Tensor  # [N, T] inference-mode log-prob of each token (see module docstring)
+    advantages: Tensor  # [N]
+    policy_version: Tensor  # [N] long, version of the policy that sampled it
+    group_ids: Tensor  # [N] long
+    dropped: Tensor  # [N] bool, set on every sample of a group the reward service dropped
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: Tensor) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits among data-parallel ranks; single process by default."""
+
+    rank: int = 0
+    world: int = 1
+
+    def sum(self, x: Tensor) -> Tensor:
+        """Sum of x over all ranks (identity for one process)."""
+        return x
+
+
+class SequenceLogprobs(nn.Module):
+    """Wraps a model exposing hidden_states(input_ids) and lm_head.weight into [N, T] token log-probs.
+
+    An nn.Module so that DistributedDataParallel can wrap the whole computation.
+    """
+
+    def __init__(self, model: nn.Module, head_dtype: HeadDtype = "fp32", chunk_size: int | None = None):
+        super().__init__()
+        self.model = model
+        self.head_dtype = head_dtype
+        self.chunk_size = chunk_size
+
+    def forward(self, input_ids: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(log-prob, entropy) of each response token, aligned with input_ids, 0 elsewhere."""
+        hidden = self.model.hidden_states(input_ids)[:, :-1]
+        sel = response_mask[:, 1:].bool()
+        logp, entropy = head_logprobs(hidden[sel], self.model.lm_head.weight, input_ids[:, 1:][sel],
+                                      self.head_dtype, self.chunk_size, return_entropy=True)
+        return _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
+
+
+def _scatter_tokens(values: Tensor, sel: Tensor) -> Tensor:
+    shifted = torch.zeros(sel.shape, dtype=values.dtype, device=values.device).masked_scatter(sel, values)
+    return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
+
+
+def trainable_mask(batch: Batch) -> Tensor:
+    """Response tokens a model can score (position 0 has no preceding state)."""
+    mask = batch.response_mask.float().clone()
+    mask[:, 0] = 0
+    return mask
+
+
+def select_trainable(batch: Batch, cfg: LearnerConfig, current_version: int) -> tuple[Batch, dict[str, int]]:
+    """Drop samples too many versions old and samples of groups the reward service dropped."""
+    stale = (current_version - batch.policy_version) > cfg.max_staleness
+    group_dropped = torch.isin(batch.group_ids, batch.group_ids[batch.dropped.bool()])
+    keep = ~stale & ~group_dropped
+    counts = {
+        "samples_in": len(batch),
+        "dropped_stale": int(stale.sum()),
+        "dropped_group": int((group_dropped & ~stale).sum()),
+        "samples_kept": int(keep.sum()),
+    }
+    return batch.select(keep.nonzero().squeeze(1)), counts
+
+
+def minibatch_indices(n: int, minibatches: int, ranks: Ranks) -> list[Tensor]:
+    """This rank's share of each minibatch: global minibatch j is the same for any world size."""
+    return [chunk[ranks.rank :: ranks.world] for chunk in torch.arange(n).tensor_split(minibatches) if len(chunk)]
+
+
+def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) -> Tensor:
+    old = torch.zeros_like(batch.rollout_logp, dtype=torch.float32)
+    with torch.no_grad():
+        for idx in parts:
+            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx])[0]
+    return old
+
+
+def run_updates(
+    scorer: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: LearnerConfig,
+    current_version: int,
+    ranks: Ranks = Ranks(),
+) -> dict[str, float]:
+    """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one)."""
+    kept, stats = select_trainable(batch, cfg, current_version)
+    parts = minibatch_indices(len(kept), cfg.minibatches, ranks)
+    if not parts:
+        return {**stats, "updates": 0}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    recompute = cfg.old_logp_source == "recompute"
+    old_all = _recompute_old_logp(scorer, kept, parts) if recompute else kept.rollout_logp.float()
+    sums: dict[str, Tensor] = {}
+    corr_moments = None
+    for step, idx in enumerate(parts):
+        mb = kept.select(idx)
+        mask = trainable_mask(mb)
+        logp, entropy = scorer(mb.input_ids, mb.response_mask)
+        counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
+        loss, mb_stats = policy_loss(logp, old_all[idx], mb.advantages, mask, cfg.algo, cfg.eps_low, cfg.eps_high,
+                                     cfg.norm, entropy=entropy, totals=Totals(float(counts[0]), float(counts[1])))
+        if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
+            corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
+        optimizer.zero_grad(set_to_none=True)
+        (loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
+        grad_norm = clip_gradients(params, cfg.grad_clip)
+        optimizer.step()
+        n_tok = mb_stats["num_tokens"]
+        for key, value in mb_stats.items():
+            sums[key] = sums.get(key, 0.0) + (value if key == "num_tokens" else value * n_tok).detach()
+        sums["loss"] = sums.get("loss", 0.0) + loss.detach()
+        sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / ranks.world
+    if recompute:  # the recomputed pass saw the whole batch before any update
+        local = torch.cat(parts)
+        corr_moments = correlation_moments(old_all[local], kept.rollout_logp[local], trainable_mask(kept)[local])
+    keys = sorted(sums)
+    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]))
+    reduced = dict(zip(keys, totals.tolist()))
+    n_tok = max(reduced["num_tokens"], 1.0)
+    out: dict[str, float] = {**stats, "updates": len(parts)}
+    for key, value in reduced.items():
+        if key in ("loss", "grad_norm"):
+            out[key] = value / len(parts)
+        elif key == "num_tokens":
+            out[key] = value
+        else:
+            out[key] = value / n_tok
+    out["train_infer_corr"] = pearson_from_moments(ranks.sum(corr_moments))
+    return out
+
+
+def train_on_batch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: LearnerConfig,
+    current_version: int,
+) -> dict[str, float]:
+    """Filter the batch, optionally recompute old log-probs, run cfg.minibatches updates; return stats."""
+    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk)
+    return run_updates(scorer, optimizer, batch, cfg, current_version)

@@ -1,0 +1,45 @@
+"""Typed settings of the GenRM reward; every default works on a small CPU machine."""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class OpenAIJudgeConfig(BaseModel):
+    """An OpenAI-compatible chat-completions endpoint, e.g. `vllm serve` of a judge model."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "judge"
+    api_key: str | None = None
+    temperature: float = Field(0.0, ge=0.0)
+    max_tokens: int = Field(1024, gt=0)
+    timeout_s: float = Field(60.0, gt=0.0)
+    retries: int = Field(3, ge=0, description="extra attempts after a transport failure")
+    backoff_s: float = Field(0.5, ge=0.0, description="first wait between attempts; doubles each time")
+
+
+class NativeJudgeConfig(BaseModel):
+    """The project's own engine used as judge."""
+
+    max_new_tokens: int = Field(256, gt=0)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class GenRMConfig(BaseModel):
+    """How answers are compared, references chosen and rollouts scored."""
+
+    repeats: int = Field(1, ge=1, description="blind judgements per order for each pair")
+    rounds: int | None = Field(None, ge=1, description="Swiss rounds; None means ceil(log2 N)")
+    concurrency: int = Field(1, ge=1, description="pairs judged at once (helps HTTP judges)")
+    max_error_rate: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="share of failed tournament matches above which no reference is trusted")
+    history: int = Field(4096, ge=1, description="recent raw verdicts kept for recalibration")
+
+
+class CalibrationConfig(BaseModel):
+    """The length-controlled logistic fit."""
+
+    l2: float = Field(1e-3, ge=0.0, description="ridge penalty; keeps a perfect length lover finite")
+    min_records: int = Field(20, ge=2)
+    max_iter: int = Field(50, ge=1)

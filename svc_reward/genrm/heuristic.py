@@ -1,0 +1,57 @@
+"""Judges whose preferences are known exactly: for tests, CPU demos and bias probes.
+
+They are real judges (they implement `Judge`), so the pairwise, tournament and calibration code
+run against them unchanged, and the answer each of those should produce can be derived by hand.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .judge import JudgeError
+from .prompts import Verdict
+
+
+class QualityJudge:
+    """Prefers the answer with the higher hidden value: quality + length_bonus * len(answer).
+
+    Answers whose values differ by at most `margin` tie. An answer missing from a quality table
+    is a JudgeError, the same as a judge that could not read it.
+    """
+
+    def __init__(self, quality: Mapping[str, float] | Callable[[str], float],
+                 length_bonus: float = 0.0, margin: float = 0.0) -> None:
+        self.quality = quality
+        self.length_bonus = length_bonus
+        self.margin = margin
+
+    def value(self, answer: str) -> float:
+        if callable(self.quality):
+            base = self.quality(answer)
+        elif answer in self.quality:
+            base = self.quality[answer]
+        else:
+            raise JudgeError(f"no hidden quality for answer {answer[:40]!r}")
+        return base + self.length_bonus * len(answer)
+
+    def judge(self, prompt: str, first: str, second: str) -> Verdict:
+        diff = self.value(first) - self.value(second)
+        if diff > self.margin:
+            return Verdict.FIRST
+        if diff < -self.margin:
+            return Verdict.SECOND
+        return Verdict.TIE
+
+
+class LengthLovingJudge(QualityJudge):
+    """Prefers the longer answer; with a quality table, quality still counts but length adds to it."""
+
+    def __init__(self, quality: Mapping[str, float] | Callable[[str], float] = lambda _: 0.0,
+                 length_bonus: float = 1.0, margin: float = 0.0) -> None:
+        super().__init__(quality, length_bonus, margin)
+
+
+class PositionBiasedJudge:
+    """Always prefers the answer shown first, whatever it says."""
+
+    def judge(self, prompt: str, first: str, second: str) -> Verdict:
+        return Verdict.FIRST

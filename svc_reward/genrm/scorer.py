@@ -1,0 +1,98 @@
+"""GenRM rewards for open-ended answers: pick a reference by Swiss rounds, score rollouts against it.
+
+Each rollout's reward is its position-switched pairwise score against the reference, in [-1, 1],
+length-corrected when a fitted `LengthCalibrator` is attached. Raw verdicts with their lengths are
+kept in a bounded history so a recalibration can be fitted on recent traffic. A judge failure is
+Status.JUDGE_ERROR (the learner drops the sample), never a reward.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from svc_reward.result import RewardParts, ScoreResult, Status
+
+from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord
+from .config import GenRMConfig
+from .judge import Judge, JudgeError
+from .pairwise import Comparer, Comparison, FlipTracker
+from .swiss import TournamentResult, swiss_tournament
+
+
+@dataclass(frozen=True)
+class GroupScore:
+    results: list[ScoreResult]  # one per rollout, in order
+    reference: str | None  # None when no reference could be trusted
+    tournament: TournamentResult | None
+
+
+class GenRMScorer:
+    def __init__(self, judge: Judge, config: GenRMConfig | None = None,
+                 calibrator: LengthCalibrator | None = None,
+                 length: Callable[[str], int] = len) -> None:
+        self.judge = judge
+        self.config = config or GenRMConfig()
+        self.calibrator = calibrator
+        self.length = length
+        self.tracker = FlipTracker()
+        self.history: deque[LengthRecord] = deque(maxlen=self.config.history)
+
+    @property
+    def flip_rate(self) -> float:
+        return self.tracker.rate
+
+    def comparer(self) -> Comparer:
+        """A comparer sharing this scorer's flip count; its cache lives as long as it does."""
+        return Comparer(self.judge, self.config.repeats, self.tracker)
+
+    def pick_reference(self, prompt: str, candidates: Sequence[str],
+                       comparer: Comparer | None = None) -> TournamentResult:
+        return swiss_tournament(prompt, candidates, comparer or self.comparer(),
+                                self.config.rounds, self.config.concurrency)
+
+    def score_against(self, prompt: str, rollouts: Sequence[str], reference: str,
+                      comparer: Comparer | None = None) -> list[ScoreResult]:
+        """Each rollout's pairwise score against `reference`."""
+        comparer = comparer or self.comparer()
+        outcomes = comparer.compare_many(prompt, [(r, reference) for r in rollouts],
+                                         self.config.concurrency)
+        return [self._result(r, reference, o) for r, o in zip(rollouts, outcomes)]
+
+    def score_group(self, prompt: str, rollouts: Sequence[str],
+                    candidates: Sequence[str] | None = None) -> GroupScore:
+        """Pick the reference among `candidates` (default: the rollouts) and score every rollout."""
+        candidates = list(candidates) if candidates is not None else list(rollouts)
+        if not candidates:
+            raise ValueError("no candidate answers to pick a reference from")
+        comparer = self.comparer()  # shared, so tournament games against the reference are reused
+        tournament = self.pick_reference(prompt, candidates, comparer)
+        if tournament.error_rate > self.config.max_error_rate:
+            detail = f"judge failed {tournament.error_rate:.0%} of reference matches"
+            return GroupScore([ScoreResult.failed(Status.JUDGE_ERROR, detail) for _ in rollouts],
+                              None, tournament)
+        reference = candidates[tournament.winner]
+        return GroupScore(self.score_against(prompt, rollouts, reference, comparer),
+                          reference, tournament)
+
+    def recalibrate(self) -> LengthCoefficients:
+        """Fit the length calibrator on the recent raw verdicts; what `control` recalibrate runs."""
+        if self.calibrator is None:
+            self.calibrator = LengthCalibrator()
+        return self.calibrator.fit(list(self.history))
+
+    def _result(self, rollout: str, reference: str,
+                outcome: Comparison | JudgeError) -> ScoreResult:
+        if isinstance(outcome, JudgeError):
+            return ScoreResult.failed(Status.JUDGE_ERROR, f"judge: {outcome}")
+        raw = outcome.score
+        len_a, len_b = self.length(rollout), self.length(reference)
+        score = raw
+        if rollout != reference:
+            self.history.append(LengthRecord(raw, len_a, len_b))
+            if self.calibrator is not None:
+                score = self.calibrator.correct(raw, len_a, len_b)
+        detail = (f"vs reference: s_AB={[int(v) for v in outcome.ab]} "
+                  f"s_BA={[int(v) for v in outcome.ba]} raw={raw:+.3f} flips={outcome.flips}")
+        return ScoreResult(reward=score, correct=None, status=Status.OK,
+                           parts=RewardParts(genrm=score), detail=detail)

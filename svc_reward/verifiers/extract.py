@@ -1,0 +1,105 @@
+"""Finding the final answer in a model response.
+
+Why here: every verifier must look only at what the model committed to after its reasoning, and
+the same rules (last answer wins, ignore what is inside <think>) must hold for math and puzzles.
+Everything is plain string scanning; nothing the model wrote is ever evaluated.
+"""
+from __future__ import annotations
+
+import re
+
+_THINK_END = "</think>"
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_LINE = re.compile(
+    r"^[\s>*_#-]*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\*\*)?\s*(?:is)?\s*(?:\*\*)?\s*[:：]\s*(.+?)\s*$",
+    re.IGNORECASE | re.MULTILINE)
+_BOLD_ON_ANSWER_LINE = re.compile(r"^.*\banswer\b.*$", re.IGNORECASE | re.MULTILINE)
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")]
+
+
+def after_reasoning(response: str) -> str:
+    """The part of a response after the last </think>; the whole response when there is none."""
+    cut = response.rfind(_THINK_END)
+    return response if cut < 0 else response[cut + len(_THINK_END):]
+
+
+def _balanced_from(text: str, open_at: int) -> str | None:
+    """Content of the brace group whose '{' is at open_at, or None when it never closes."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            continue
+        if ch == "{" and (i == 0 or text[i - 1] != "\\"):
+            depth += 1
+        elif ch == "}" and (i == 0 or text[i - 1] != "\\"):
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1:i]
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} whose braces balance."""
+    for match in reversed(list(_BOXED.finditer(text))):
+        content = _balanced_from(text, match.end() - 1)
+        if content is not None:
+            return content
+    return None
+
+
+def strip_delimiters(answer: str) -> str:
+    """Drop math-mode and bold wrappers and a final full stop: '$\\frac12$.' -> '\\frac12'."""
+    answer = answer.strip()
+    if answer.count("**") == 1:  # '**Answer:** 3' leaves a lone marker behind
+        answer = answer.replace("**", "").strip()
+    changed = True
+    while changed and answer:
+        changed = False
+        if answer.endswith(".") and not answer[:-1].rstrip().endswith("."):
+            answer, changed = answer[:-1].rstrip(), True
+        for left, right in _DELIMITERS:
+            if len(answer) > len(left) + len(right) and answer.startswith(left) and answer.endswith(right):
+                answer, changed = answer[len(left):-len(right)].strip(), True
+                break
+    return answer
+
+
+def _last_answer_line(text: str) -> str | None:
+    found = _ANSWER_LINE.findall(text)
+    return found[-1] if found else None
+
+
+def _last_bold_on_answer_line(text: str) -> str | None:
+    """'The final answer is **3**.': math-verify misses markdown bold, so we pick it up here."""
+    for line in reversed(_BOLD_ON_ANSWER_LINE.findall(text)):
+        bold = _BOLD.findall(line)
+        if bold:
+            return bold[-1]
+    return None
+
+
+def extract_math_answer(response: str) -> str | None:
+    """The final math answer: last \\boxed{}, else an 'Answer:' line, else a bold answer span."""
+    tail = after_reasoning(response)
+    for finder in (last_boxed, _last_answer_line, _last_bold_on_answer_line):
+        found = finder(tail)
+        if found is not None:
+            boxed_inside = last_boxed(found)
+            answer = strip_delimiters(boxed_inside if boxed_inside is not None else found)
+            if answer:
+                return answer
+    return None
+
+
+def last_tag(response: str, tag: str = "answer") -> str | None:
+    """Content of the last <tag>...</tag> after the reasoning, stripped; None when absent."""
+    tail = after_reasoning(response)
+    close = tail.rfind(f"</{tag}>")
+    if close < 0:
+        return None
+    open_at = tail.rfind(f"<{tag}>", 0, close)
+    if open_at < 0:
+        return None
+    return tail[open_at + len(tag) + 2:close].strip()

@@ -1,0 +1,112 @@
+"""SWE rewards by the SWE-bench rule, from per-test statuses and never from an exit code.
+
+A FAIL_TO_PASS test counts only when it PASSED (or XFAIL): skipped, failed, errored or missing is
+a failure, so a patch cannot win by skipping the test it should fix. PASS_TO_PASS tests must stay
+passing under the same rule. Reward 1 only for FULL. A patch that does not apply is the model's
+failure (reward 0, status ok); a sandbox failure is ours (sandbox_error, dropped by the learner).
+A test run that hits the time or memory limit scores what the log shows (the missing tests fail).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from svc_reward.result import RewardParts, ScoreResult, Status
+from svc_reward.verifiers.extract import after_reasoning
+from svc_sandbox.backend import Executor
+from svc_sandbox.limits import Limits
+from svc_sandbox.swe import DEFAULT_TEST_COMMAND, RunTestsRequest, RunTestsResult, run_tests
+
+PASSING = frozenset({"PASSED", "XFAIL"})
+_DIFF_FENCE = re.compile(r"```[ \t]*(?:diff|patch)[^\n]*\n(.*?)```", re.DOTALL)
+_RAW_DIFF = re.compile(r"^(?:diff --git |--- a/|--- )", re.MULTILINE)
+Runner = Callable[[RunTestsRequest], RunTestsResult]
+
+
+class SweTask(BaseModel):
+    repo_tar: bytes = Field(description="repository snapshot (svc_sandbox.swe.snapshot_tar)")
+    fail_to_pass: list[str]
+    pass_to_pass: list[str] = Field(default_factory=list)
+    test_command: str = DEFAULT_TEST_COMMAND
+    limits: Limits | None = None
+
+
+@dataclass(frozen=True)
+class SweGrade:
+    resolution: str  # FULL, PARTIAL or NO
+    f2p_passed: tuple[str, ...]
+    f2p_failed: tuple[str, ...]
+    p2p_passed: tuple[str, ...]
+    p2p_failed: tuple[str, ...]
+
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.resolution == "FULL" else 0.0
+
+    def summary(self) -> str:
+        text = (f"{self.resolution}: FAIL_TO_PASS {len(self.f2p_passed)}/{len(self.f2p_passed) + len(self.f2p_failed)}, "
+                f"PASS_TO_PASS {len(self.p2p_passed)}/{len(self.p2p_passed) + len(self.p2p_failed)}")
+        broken = list(self.f2p_failed[:3]) + list(self.p2p_failed[:3])
+        return text + (f"; failing: {', '.join(broken)}" if broken else "")
+
+
+def grade(tests: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> SweGrade:
+    """SWE-bench resolution from per-test statuses; a test missing from the log has failed."""
+    def split(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return (tuple(t for t in ids if tests.get(t) in PASSING),
+                tuple(t for t in ids if tests.get(t) not in PASSING))
+    f2p_ok, f2p_bad = split(fail_to_pass)
+    p2p_ok, p2p_bad = split(pass_to_pass)
+    if not f2p_bad and not p2p_bad:
+        resolution = "FULL"
+    elif f2p_ok and not p2p_bad:
+        resolution = "PARTIAL"
+    else:
+        resolution = "NO"
+    return SweGrade(resolution, f2p_ok, f2p_bad, p2p_ok, p2p_bad)
+
+
+def extract_patch(response: str) -> str | None:
+    """The last ```diff block after the reasoning, else a bare unified diff; always ends in a newline."""
+    text = after_reasoning(response)
+    blocks = _DIFF_FENCE.findall(text)
+    patch = blocks[-1] if blocks else None
+    if patch is None and (found := _RAW_DIFF.search(text)):
+        patch = text[found.start():]
+    if not patch or not patch.strip():
+        return None
+    return patch if patch.endswith("\n") else patch + "\n"
+
+
+class SweVerifier:
+    """`runner` runs a RunTestsRequest: svc_sandbox's RunTests client, or `from_executor(...)`."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+
+    @classmethod
+    def from_executor(cls, executor: Executor) -> SweVerifier:
+        return cls(lambda request: run_tests(executor, request))
+
+    def verify(self, response: str, task: SweTask) -> ScoreResult:
+        patch = extract_patch(response)
+        if patch is None:
+            return ScoreResult.failed(Status.FORMAT_ERROR, "no diff in the answer")
+        return self.score_patch(patch, task)
+
+    def score_patch(self, patch: str, task: SweTask) -> ScoreResult:
+        result = self.runner(RunTestsRequest(repo_tar=task.repo_tar, patch=patch, fail_to_pass=task.fail_to_pass,
+                                             pass_to_pass=task.pass_to_pass, test_command=task.test_command,
+                                             limits=task.limits))
+        if result.status == "sandbox_error":
+            return ScoreResult.failed(Status.SANDBOX_ERROR, result.detail)
+        if not result.patch_applied:
+            return ScoreResult.scored(False, detail=result.detail or "patch did not apply")
+        verdict = grade(result.tests, task.fail_to_pass, task.pass_to_pass)
+        detail = f"{verdict.summary()}; applied by {result.apply_method}"
+        detail += f"; {result.detail}" if result.detail else ""
+        return ScoreResult(reward=verdict.reward, correct=verdict.resolution == "FULL", status=Status.OK,
+                           parts=RewardParts(correctness=verdict.reward), detail=detail[:500])

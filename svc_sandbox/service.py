@@ -1,0 +1,50 @@
+"""svc_sandbox: a gRPC service that runs untrusted code under hard limits (no Kafka)."""
+from __future__ import annotations
+
+import grpc
+from pydantic import Field
+
+from m1flow.contracts import rpc, rpc_grpc
+from m1flow.runtime.config import ServiceConfig
+from m1flow.runtime.service import Service
+from svc_sandbox.backend import Sandbox, choose_backend
+from svc_sandbox.wire import request_from_proto, result_to_proto
+
+
+class SandboxConfig(ServiceConfig):
+    """svc_sandbox: Docker where an engine answers, else the local bubblewrap jail."""
+
+    backend: str = Field("auto", description="auto, docker or jail")
+    workers: int = Field(4, description="concurrent runs")
+
+
+class SandboxGrpc(rpc_grpc.SandboxServiceServicer):
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def Execute(self, request: rpc.ExecuteRequest, context: grpc.ServicerContext) -> rpc.ExecuteReply:  # noqa: N802
+        try:
+            req = request_from_proto(request)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return result_to_proto(self.sandbox.execute(req))
+
+
+class SandboxService(Service):
+    name = "sandbox"
+    Config = SandboxConfig
+    uses_kafka = False
+
+    def __init__(self, config: SandboxConfig) -> None:
+        super().__init__(config)
+        self.sandbox = Sandbox(choose_backend(config.backend))
+
+    def register(self, server: grpc.Server) -> list[str]:
+        rpc_grpc.add_SandboxServiceServicer_to_server(SandboxGrpc(self.sandbox), server)
+        return ["m1flow.v1.SandboxService"]
+
+    def start(self) -> None:
+        pass
+
+    def loop(self) -> None:
+        self.stop.wait()

@@ -1,0 +1,21 @@
+"""Shared fixtures: a real Kafka broker per test session (and fresh ones where isolation matters)."""
+from __future__ import annotations
+
+import pytest
+
+from m1flow.bus.admin import ensure_topics
+from m1flow.kafka import Broker
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    node = Broker(tmp_path_factory.mktemp("kafka"))
+    node.start()
+    ensure_topics(node.bootstrap)
+    yield node
+    node.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: Broker) -> str:
+    return broker.bootstrap

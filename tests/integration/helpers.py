@@ -1,0 +1,38 @@
+"""Waiting on topics and comparing what services wrote, for the end-to-end tests."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from m1flow.topics_io import read_range
+
+
+def records(bootstrap: str, topic: str) -> list[dict]:
+    return list(read_range(bootstrap, topic))
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def scored_by_group(bootstrap: str, topic: str = "scored") -> dict[str, list[dict]]:
+    """group id -> every ScoredGroup written for it (more than one after a crash and replay)."""
+    out: dict[str, list[dict]] = {}
+    for rec in records(bootstrap, topic):
+        value = rec["value"]
+        out.setdefault(value["group_id"], []).append(value)
+    return out
+
+
+def content(scored: dict) -> dict:
+    """What a ScoredGroup says about its samples, without when/where it was written."""
+    return {k: v for k, v in scored.items() if k != "header"}
+
+
+def policy_versions(bootstrap: str) -> list[int]:
+    return [int(r["value"].get("version", 0)) for r in records(bootstrap, "policy")]

@@ -1,0 +1,15 @@
+"""The local jail as a pytest fixture, shared by the sandbox and the code/SWE reward tests."""
+from __future__ import annotations
+
+import pytest
+
+from svc_sandbox.backend import Sandbox
+from svc_sandbox.jail import JailBackend
+
+
+@pytest.fixture(scope="session")
+def jail_sandbox() -> Sandbox:
+    missing = JailBackend.missing()
+    if missing:
+        pytest.skip(f"local jail unavailable here: missing {missing} (scripts/system_deps.sh installs it)")
+    return Sandbox(JailBackend())
