@@ -9,14 +9,21 @@ off-policy minibatch updates per generation batch (the report: 16; here --miniba
 samples G completions per prompt with the native engine (temperature 1, top-p 1, so the recorded
 log-probs are the behaviour policy's), rewards a correct final answer with 1, normalises rewards
 within each group, drops groups whose rewards are all equal (DAPO's dynamic sampling), then runs
-the learner's train_on_batch. Validation accuracy is greedy decoding on held-out problems.
-Printed per algorithm (mean over seeds): accuracy after the last step, the first evaluated step
-at which validation accuracy reached --target, and the objective's statistics.
+the learner's train_on_batch.
+
+The RL data is a fixed pool of --pool problems (as the report trains on a fixed, filtered set);
+each step draws --prompts of them (the same draws for every algorithm of a seed). Accuracy is
+greedy decoding, measured on the pool ("pool acc", what RL optimises: the steps-to-target metric)
+and on held-out problems ("held-out acc": a tiny model barely generalises from a few minutes of
+RL, so expect little movement there). Printed per algorithm, mean over seeds: pool accuracy after
+the last step, the first evaluated step at which pool accuracy reached --target, held-out
+accuracy, and the objective's statistics.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -86,28 +93,28 @@ def rollout_batch(model, tok, prompts: list[ArithProblem], group: int, version: 
     return batch, float(torch.cat(rewards_all).mean())
 
 
-def run(algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, val: list[ArithProblem],
-        args: argparse.Namespace, start_acc: float) -> dict:
+def run(algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, pool: list[ArithProblem],
+        val: list[ArithProblem], args: argparse.Namespace, start: tuple[float, float]) -> dict:
     torch.manual_seed(seed)
     model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
     cfg = LearnerConfig(algo=algo, lr=args.lr, minibatches=args.minibatches, grad_clip=args.grad_clip)
     optimizer = make_optimizer(model.parameters(), cfg.lr)
-    train = problems(seed=1_000 + seed, n=args.steps * args.prompts, max_operand=args.max_operand, prefix="rl")
+    draws = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
-    curve, sums = [(0, start_acc)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
+    curve, sums = [(0, *start)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
     for step in range(args.steps):
-        batch, _ = rollout_batch(model, tok, train[step * args.prompts : (step + 1) * args.prompts],
-                                 args.group, step, gen)
+        batch, _ = rollout_batch(model, tok, draws.sample(pool, args.prompts), args.group, step, gen)
         stats = train_on_batch(model, optimizer, batch, cfg, current_version=step)
         if stats["updates"]:
             sums["n"] += 1
             for k in ("clip_high_frac", "masked_frac", "ratio_mean"):
                 sums[k] += stats[k]
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-            curve.append((step + 1, accuracy(model, tok, val)))
-    reached = next((s for s, acc in curve if acc >= args.target), None)
+            curve.append((step + 1, accuracy(model, tok, pool), accuracy(model, tok, val)))
+    reached = next((s for s, acc, _ in curve if acc >= args.target), None)
     n = max(sums.pop("n"), 1)
-    return {"final": curve[-1][1], "reached": reached, "curve": curve, **{k: v / n for k, v in sums.items()}}
+    return {"final": curve[-1][1], "held_out": curve[-1][2], "reached": reached, "curve": curve,
+            **{k: v / n for k, v in sums.items()}}
 
 
 def _mean_sd(xs: list[float]) -> str:
@@ -118,44 +125,49 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algos", nargs="+", default=["grpo", "dapo", "cispo"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=12, help="generation batches (learner steps) per run")
-    p.add_argument("--prompts", type=int, default=8, help="prompts per generation batch")
+    p.add_argument("--steps", type=int, default=40, help="generation batches (learner steps) per run")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per generation batch")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
-    p.add_argument("--minibatches", type=int, default=4, help="off-policy updates per generation batch")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--minibatches", type=int, default=8, help="off-policy updates per generation batch")
+    p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--val", type=int, default=32, help="held-out problems for greedy accuracy")
-    p.add_argument("--eval-every", type=int, default=4)
-    p.add_argument("--target", type=float, default=0.25, help="validation accuracy to count steps to")
+    p.add_argument("--pool", type=int, default=32, help="RL training problems")
+    p.add_argument("--val", type=int, default=64, help="held-out problems")
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--target", type=float, default=0.4, help="validation accuracy to count steps to")
     p.add_argument("--max-operand", type=int, default=WarmStartConfig().max_operand)
     args = p.parse_args()
 
     t0 = time.time()
     policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy")
     tok = CharTokenizer.from_file(policy_dir / TOKENIZER_FILE)
-    val = problems(seed=777, n=args.val, max_operand=args.max_operand, prefix="val")
-    start_acc = accuracy(MiniMaxM1ForCausalLM.from_pretrained(policy_dir), tok, val)
-    print(f"warm start ready in {time.time() - t0:.0f}s; greedy validation accuracy {start_acc:.3f} "
-          f"({args.val} problems); {args.steps} steps x {args.prompts} prompts x G={args.group}, "
+    pool = problems(seed=1_000, n=args.pool, max_operand=args.max_operand, prefix="rl")
+    seen = {p.text for p in pool}
+    val = [p for p in problems(seed=777, n=4 * args.val, max_operand=args.max_operand, prefix="val")
+           if p.text not in seen][: args.val]
+    warm = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
+    start = (accuracy(warm, tok, pool), accuracy(warm, tok, val))
+    print(f"warm start ready in {time.time() - t0:.0f}s; greedy accuracy pool {start[0]:.3f} ({len(pool)}), "
+          f"held-out {start[1]:.3f} ({len(val)}); {args.steps} steps x {args.prompts} prompts x G={args.group}, "
           f"{args.minibatches} minibatch updates per batch, lr {args.lr}", flush=True)
     results: dict[str, list[dict]] = {a: [] for a in args.algos}
     for seed in args.seeds:
         for algo in args.algos:
             t = time.time()
-            r = run(algo, seed, policy_dir, tok, val, args, start_acc)
+            r = run(algo, seed, policy_dir, tok, pool, val, args, start)
             results[algo].append(r)
-            print(f"  seed {seed} {algo:5s} curve {[(s, round(a, 3)) for s, a in r['curve']]} "
-                  f"({time.time() - t:.0f}s)", flush=True)
+            curve = " ".join(f"{s}:{a:.2f}/{h:.2f}" for s, a, h in r["curve"])
+            print(f"  seed {seed} {algo:5s} step:pool/held-out {curve} ({time.time() - t:.0f}s)", flush=True)
 
-    print(f"\n{'algo':5s} | {'val acc after ' + str(args.steps) + ' steps':>24} | "
-          f"{'steps to acc >= ' + str(args.target):>20} | {'IS clipped (r>1+eps_hi)':>23} | "
+    print(f"\n{'algo':5s} | {'pool acc after ' + str(args.steps) + ' steps':>25} | "
+          f"{'steps to pool acc >= ' + str(args.target):>25} | {'held-out acc':>15} | {'r > 1+eps_hi':>12} | "
           f"{'tokens masked':>13} | {'mean ratio':>10}")
     for algo, rs in results.items():
         reached = [r["reached"] for r in rs if r["reached"] is not None]
         steps_to = (f"{statistics.mean(reached):.1f} ({len(reached)}/{len(rs)} seeds)" if reached
                     else f"not reached (0/{len(rs)})")
-        print(f"{algo:5s} | {_mean_sd([r['final'] for r in rs]):>24} | {steps_to:>20} | "
-              f"{statistics.mean(r['clip_high_frac'] for r in rs):>23.3f} | "
+        print(f"{algo:5s} | {_mean_sd([r['final'] for r in rs]):>25} | {steps_to:>25} | "
+              f"{_mean_sd([r['held_out'] for r in rs]):>15} | {statistics.mean(r['clip_high_frac'] for r in rs):>12.3f} | "
               f"{statistics.mean(r['masked_frac'] for r in rs):>13.3f} | "
               f"{statistics.mean(r['ratio_mean'] for r in rs):>10.3f}")
     print(f"total {time.time() - t0:.0f}s")

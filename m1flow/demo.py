@@ -22,6 +22,7 @@ from m1flow.policy import generator, load_policy, uri_for
 from m1flow.source import publish
 from m1flow.stack import Stack
 from m1flow.tasks.arith import parse_answer, problems
+from m1flow.warmstart import WarmStartConfig
 
 
 class DemoConfig(BaseModel):
@@ -29,7 +30,7 @@ class DemoConfig(BaseModel):
     minutes: float = 4.0
     group_size: int = 8
     batch_groups: int = 8
-    lr: float = 5e-4
+    lr: float = 1e-4
     prompts: int = 5000
     eval_prompts: int = 100
     eval_samples: int = 4
@@ -39,7 +40,7 @@ def evaluate(policy_dir: Path, cfg: DemoConfig) -> float:
     """Sampled accuracy (temperature 1, as in training) on held-out prompts."""
     model, tok = load_policy(uri_for(policy_dir))
     correct = total = 0
-    for i, p in enumerate(problems(seed=999, n=cfg.eval_prompts, max_operand=30, prefix="eval")):
+    for i, p in enumerate(problems(seed=999, n=cfg.eval_prompts, max_operand=WarmStartConfig().max_operand, prefix="eval")):
         comps = sample(model, [tok.bos_id, *tok.encode(p.text)], n=cfg.eval_samples, max_new_tokens=8,
                        eos_id=tok.eos_id, generator=generator(i))
         correct += sum(parse_answer(tok.decode(c.tokens)) == int(p.answer) for c in comps)
@@ -64,7 +65,7 @@ def run_demo(cfg: DemoConfig) -> int:
     try:
         stack.start()
         print(stack.status_table())
-        publish(Producer(stack.bootstrap, "demo-source"), problems(seed=1, n=cfg.prompts, max_operand=30),
+        publish(Producer(stack.bootstrap, "demo-source"), problems(seed=1, n=cfg.prompts, max_operand=WarmStartConfig().max_operand),
                 cfg.group_size)
         monitor = stack.get("monitor").grpc_address
         deadline = time.monotonic() + cfg.minutes * 60

@@ -26,10 +26,10 @@ TOKENIZER_FILE = "tokenizer.json"
 
 class WarmStartConfig(BaseModel):
     seed: int = 0
-    steps: int = 250
+    steps: int = 300
     batch_size: int = 64
     lr: float = 3e-3
-    max_operand: int = 30
+    max_operand: int = 20
     ops: str = "+-"
     model_overrides: dict = {}
 

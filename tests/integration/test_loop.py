@@ -25,7 +25,7 @@ def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
                                           "rollout": ["--max-ahead-groups", str(2 * BATCH)]})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
-        ids = publish(Producer(stack.bootstrap, "test"), problems(seed=3, n=N_PROMPTS, max_operand=30), GROUP)
+        ids = publish(Producer(stack.bootstrap, "test"), problems(seed=3, n=N_PROMPTS, max_operand=20), GROUP)
         wait_for(lambda: len(scored_by_group(stack.bootstrap)) >= N_PROMPTS, 240, "all groups scored")
         wait_for(lambda: max(policy_versions(stack.bootstrap)) >= 3, 120, "three policy versions")
 
