@@ -30,7 +30,7 @@ class DemoConfig(BaseModel):
     minutes: float = 4.0
     group_size: int = 8
     batch_groups: int = 8
-    lr: float = 1e-4
+    lr: float = 2e-4
     prompts: int = 5000
     eval_prompts: int = 100
     eval_samples: int = 4
@@ -78,9 +78,9 @@ def run_demo(cfg: DemoConfig) -> int:
                 print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
                       f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
         rows = report(monitor)
-        final = Path(stack.get("learner").info() and sorted((run / "learner" / "checkpoints").glob("v*"))[-1])
     finally:
         stack.stop()
+    final = sorted((run / "learner" / "checkpoints").glob("v*"))[-1]  # after stop: no longer rotating
     print("\npolicy version | groups | samples | mean reward | accuracy | mean length")
     for r in rows:
         print(f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} |"

@@ -32,10 +32,27 @@ def _logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
     return verify_puzzle(json.loads(spec.spec_json), response)
 
 
+def code_scorer(sandbox_address: str) -> Scorer:
+    """stdin/stdout tests run in svc_sandbox over gRPC; spec_json: {"tests": [...], "language": ...}."""
+    from svc_reward.verifiers.code import CodeVerifier, TestCase
+    from svc_sandbox.client import SandboxClient
+
+    verifier = CodeVerifier(SandboxClient(sandbox_address))
+
+    def score(response: str, spec: events.VerifierSpec) -> ScoreResult:
+        data = json.loads(spec.spec_json)
+        tests = [TestCase.model_validate(t) for t in data["tests"]]
+        return verifier.verify(response, tests, data.get("language", "python"))
+
+    return score
+
+
 class ScorerRegistry:
     def __init__(self, sandbox_address: str = "") -> None:
         self.sandbox_address = sandbox_address
         self._scorers: dict[str, Scorer] = {"arith": _arith, "math": _math, "logic": _logic}
+        if sandbox_address:
+            self._scorers["code"] = code_scorer(sandbox_address)
 
     def register(self, kind: str, scorer: Scorer) -> None:
         self._scorers[kind] = scorer

@@ -108,7 +108,10 @@ class StreamWorker:
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=max_records,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
             max_poll_interval_ms=600_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
-            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
+            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024,
+            metadata_max_age_ms=5000)
+        for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
+            self.consumer.partitions_for_topic(topic.name)
         if start_offsets is None:
             self.consumer.subscribe([t.name for t in handler.topics], listener=_Rebalance(self))
         else:
@@ -136,6 +139,8 @@ class StreamWorker:
     def step(self) -> int:
         """One cycle: poll, handle, tick, flush, commit. Returns the number of records polled."""
         batches = self.consumer.poll(timeout_ms=self.poll_ms, max_records=self.max_records)
+        if not batches and not self.consumer.assignment():
+            time.sleep(self.poll_ms / 1000)  # poll returns at once without partitions: don't spin
         count = 0
         for tp, raw_records in batches.items():
             end = self._stop_at(tp.topic, tp.partition)
