@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
 from m1flow.tasks.arith import ArithProblem, parse_answer, problems  # noqa: E402
 from m1flow.tokenizer import CharTokenizer  # noqa: E402
-from m1flow.warmstart import TOKENIZER_FILE, WarmStartConfig, warm_started_policy  # noqa: E402
+from m1flow.warmstart import TOKENIZER_FILE, warm_started_policy  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
-from svc_learner.update import Batch, LearnerConfig, train_on_batch  # noqa: E402
+from svc_learner.update import Batch, LearnerConfig, pack_sequences, train_on_batch  # noqa: E402
 
 MAX_NEW_TOKENS = 6
 
@@ -74,15 +74,9 @@ def rollout_batch(model, tok, prompts: list[ArithProblem], group: int, version: 
         adv = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6)
         dropped = bool(rewards.max() == rewards.min())  # dynamic sampling: no signal in this group
         rows += [(ids, c, float(a), gi, dropped) for c, a in zip(done, adv)]
-    width = max(len(ids) + len(c.tokens) for ids, c, *_ in rows)
+    input_ids, mask, logp = pack_sequences([ids for ids, *_ in rows], [c.tokens for _, c, *_ in rows],
+                                           [c.logprobs for _, c, *_ in rows], tok.pad_id)
     n = len(rows)
-    input_ids = torch.full((n, width), tok.pad_id, dtype=torch.long)
-    mask, logp = torch.zeros(n, width), torch.zeros(n, width)
-    for r, (ids, c, *_) in enumerate(rows):
-        end = len(ids) + len(c.tokens)
-        input_ids[r, :end] = torch.tensor(ids + c.tokens)
-        mask[r, len(ids) : end] = 1
-        logp[r, len(ids) : end] = torch.tensor(c.logprobs)
     batch = Batch(
         input_ids=input_ids, response_mask=mask, rollout_logp=logp,
         advantages=torch.tensor([a for *_, a, _, _ in rows]),
@@ -129,15 +123,19 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts per generation batch")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--minibatches", type=int, default=8, help="off-policy updates per generation batch")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--pool", type=int, default=32, help="RL training problems")
     p.add_argument("--val", type=int, default=64, help="held-out problems")
     p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--target", type=float, default=0.4, help="validation accuracy to count steps to")
-    p.add_argument("--max-operand", type=int, default=WarmStartConfig().max_operand)
+    p.add_argument("--target", type=float, default=0.55, help="validation accuracy to count steps to")
+    p.add_argument("--max-operand", type=int, default=30,
+                   help="operands up to this; above the warm start's range, so the model starts weak")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads; 1 avoids OpenMP oversubscription stalls on a shared machine")
     args = p.parse_args()
 
+    torch.set_num_threads(args.threads)
     t0 = time.time()
     policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy")
     tok = CharTokenizer.from_file(policy_dir / TOKENIZER_FILE)

@@ -29,9 +29,9 @@ class DemoConfig(BaseModel):
     run_dir: Path = Path("run")
     minutes: float = 4.0
     group_size: int = 8
-    batch_groups: int = 8
-    lr: float = 2e-4
-    prompts: int = 5000
+    batch_groups: int = 32
+    lr: float = 3e-4
+    prompts: int = 20000
     eval_prompts: int = 100
     eval_samples: int = 4
 
@@ -51,6 +51,25 @@ def evaluate(policy_dir: Path, cfg: DemoConfig) -> float:
 def report(address: str) -> list[rpc.VersionRow]:
     with grpc.insecure_channel(address) as channel:
         return list(rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(), timeout=10).rows)
+
+
+def bucket(rows: list[rpc.VersionRow], max_rows: int) -> list[tuple[str, int, int, float, float, float]]:
+    """Rows per policy version, or per range of consecutive versions when there are many."""
+    size = max(1, -(-len(rows) // max_rows))
+    out = []
+    for i in range(0, len(rows), size):
+        part = rows[i : i + size]
+        n = sum(r.samples for r in part) or 1
+        label = f"{part[0].policy_version}" + (f"-{part[-1].policy_version}" if len(part) > 1 else "")
+        out.append((label, sum(r.groups for r in part), n, sum(r.mean_reward * r.samples for r in part) / n,
+                    sum(r.accuracy * r.samples for r in part) / n, sum(r.mean_length * r.samples for r in part) / n))
+    return out
+
+
+def print_table(rows: list[rpc.VersionRow], max_rows: int = 16) -> None:
+    print("\npolicy version | groups | samples | mean reward | accuracy | mean length")
+    for label, groups, samples, reward, accuracy, length in bucket(rows, max_rows):
+        print(f"{label:>14} | {groups:>6} | {samples:>7} | {reward:>11.3f} | {accuracy:>8.3f} | {length:>11.2f}")
 
 
 def run_demo(cfg: DemoConfig) -> int:
@@ -81,15 +100,7 @@ def run_demo(cfg: DemoConfig) -> int:
     finally:
         stack.stop()
     final = sorted((run / "learner" / "checkpoints").glob("v*"))[-1]  # after stop: no longer rotating
-    print("\npolicy version | groups | samples | mean reward | accuracy | mean length")
-    for r in rows:
-        print(f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} |"
-              f" {r.accuracy:>8.3f} | {r.mean_length:>11.2f}")
-    if len(rows) >= 6:
-        k = max(1, len(rows) // 4)
-        first = sum(r.accuracy * r.samples for r in rows[:k]) / sum(r.samples for r in rows[:k])
-        last = sum(r.accuracy * r.samples for r in rows[-k:]) / sum(r.samples for r in rows[-k:])
-        print(f"\ntraining accuracy: first {k} versions {first:.3f} -> last {k} versions {last:.3f}")
+    print_table(rows)
     before, after = evaluate(run / "policy0", cfg), evaluate(final, cfg)
     print(f"held-out sampled accuracy ({cfg.eval_prompts} prompts x {cfg.eval_samples}): "
           f"v0 {before:.3f} -> {final.name} {after:.3f}")

@@ -59,6 +59,20 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
+def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
+                   pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded (input_ids, response_mask, rollout_logp) [N, T] in the alignment above."""
+    n, width = len(prompts), max(len(p) + len(r) for p, r in zip(prompts, responses))
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask, logp = torch.zeros(n, width), torch.zeros(n, width)
+    for row, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
+        end = len(p) + len(r)
+        input_ids[row, :end] = torch.tensor(p + r, dtype=torch.long)
+        mask[row, len(p) : end] = 1.0
+        logp[row, len(p) : end] = torch.tensor(lp, dtype=torch.float32)
+    return input_ids, mask, logp
+
+
 @dataclass(frozen=True)
 class Ranks:
     """Where this process sits among data-parallel ranks; single process by default."""

@@ -1,9 +1,14 @@
 """Settings of the reward service."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from m1flow.runtime.config import ServiceConfig
+from svc_reward.genrm.config import CalibrationConfig, GenRMConfig, NativeJudgeConfig, OpenAIJudgeConfig
+
+JudgeBackend = Literal["", "openai", "native", "length", "quality"]
 
 
 class RewardConfig(ServiceConfig):
@@ -15,3 +20,15 @@ class RewardConfig(ServiceConfig):
     scoring_threads: int = Field(4, description="concurrent scoring jobs (slow sandbox calls overlap)")
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
     verify_timeout_s: float = 10.0
+    genrm_judge: JudgeBackend = Field(
+        "", description="GenRM judge: openai (an HTTP endpoint), native (a checkpoint), or the heuristic "
+                        "length/quality judges for tests and CPU demos; empty: genrm tasks are not scored")
+    genrm_openai: OpenAIJudgeConfig = Field(default_factory=OpenAIJudgeConfig,
+                                            description="endpoint of the openai judge (base_url, model, ...)")
+    genrm_checkpoint: str = Field("", description="policy directory (or file:// URI) of the native judge")
+    genrm_native: NativeJudgeConfig = Field(default_factory=NativeJudgeConfig, description="native judge sampling")
+    genrm_margin: float = Field(0.0, ge=0.0, description="heuristic judges: value gap below which answers tie")
+    genrm_length_bonus: float = Field(0.0, description="quality judge: value added per character of answer")
+    genrm: GenRMConfig = Field(default_factory=GenRMConfig, description="pairwise comparison and Swiss rounds")
+    genrm_calibration: CalibrationConfig = Field(default_factory=CalibrationConfig,
+                                                 description="length-controlled recalibration fit")

@@ -66,9 +66,8 @@ class GroupBuffer:
                 del self.pending[gid]
 
 
-def score_sample(rollout: events.Rollout, registry: ScorerRegistry, cfg: RewardConfig) -> ScoreResult:
+def shape(rollout: events.Rollout, result: ScoreResult, cfg: RewardConfig) -> ScoreResult:
     """Verifier verdict plus the format reward and the soft overlong penalty."""
-    result = registry.score(rollout.response_text, rollout.verifier)
     if not result.usable:
         return result
     window = rollout.max_new_tokens or len(rollout.token_ids)
@@ -80,13 +79,16 @@ def score_sample(rollout: events.Rollout, registry: ScorerRegistry, cfg: RewardC
 
 
 def score_group(group: PendingGroup, registry: ScorerRegistry, cfg: RewardConfig) -> events.ScoredGroup:
+    """Verdicts for the whole group at once (GenRM compares the rollouts with each other), then the
+    same shaping, advantages and dynamic sampling for every verifier kind."""
     rollouts = [group.rollouts[i] for i in sorted(group.rollouts)]
-    results = [score_sample(r, registry, cfg) for r in rollouts]
+    first = rollouts[0]
+    verdicts = registry.score_group(first.prompt_text, [r.response_text for r in rollouts], first.verifier)
+    results = [shape(r, v, cfg) for r, v in zip(rollouts, verdicts)]
     rewards = [res.reward for res in results]
     usable = [res.usable for res in results]
     advantages = group_advantages(rewards, usable)
     dropped = is_degenerate(rewards, usable)
-    first = rollouts[0]
     scored = events.ScoredGroup(
         header=codec.header("reward", run_id=first.header.trace.run_id, group_id=group.group_id,
                             policy_version=first.policy_version, message_id=f"scored:{group.group_id}"),

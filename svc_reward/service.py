@@ -1,34 +1,82 @@
 """svc_reward: rollouts in, one ScoredGroup per complete (or timed-out) group out.
 
 Scoring runs in a thread pool so a slow verifier (a sandboxed test run) never stalls other groups;
-a group's rollout records stay uncommitted until its ScoredGroup is acknowledged.
+a group's rollout records stay uncommitted until its ScoredGroup is acknowledged. Every replica
+also follows `control` and, on a recalibrate command, refits the GenRM length correction and
+reports the length coefficient before and after it on `metrics`.
 """
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import grpc
 from prometheus_client import Counter
 
 from m1flow.bus import Context, Record
-from m1flow.bus.topics import ROLLOUTS, SCORED
+from m1flow.bus.topics import CONTROL, ROLLOUTS, SCORED
+from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
 from svc_reward.config import RewardConfig
 from svc_reward.groups import GroupBuffer, PendingGroup, score_group
-from svc_reward.scorers import ScorerRegistry
+from svc_reward.scorers import GenRMKind, ScorerRegistry
 
 log = logging.getLogger(__name__)
 GROUPS = Counter("m1flow_reward_groups_total", "scored groups", ["outcome"])
 
 
+class ControlFollower:
+    """Applies the `control` commands that concern rewards, as they arrive.
+
+    Commands older than this process are skipped: the calibration they asked for was fitted on
+    verdicts an earlier process held in memory, which are gone; the monitor asks again when the
+    length bias comes back.
+    """
+
+    def __init__(self, watcher: TopicWatcher, genrm: GenRMKind | None, replica: int) -> None:
+        self.watcher = watcher
+        self.genrm = genrm
+        self.labels = {"replica": str(replica)}
+        self.since_ms = int(time.time() * 1000)
+        self.recalibrations = 0
+
+    def apply(self, ctx: Context) -> None:
+        for command in self.watcher.poll():
+            if command.HasField("recalibrate") and command.header.created_unix_ms >= self.since_ms:
+                self.recalibrate(ctx, command.recalibrate.reason or command.reason)
+
+    def recalibrate(self, ctx: Context, reason: str) -> None:
+        if self.genrm is None:
+            log.info("recalibrate (%s) ignored: no GenRM judge configured", reason)
+            return
+        try:
+            fit = self.genrm.recalibrate()
+        except ValueError as exc:  # too few or uniform verdicts: keep the current correction
+            log.warning("recalibrate (%s) skipped: %s", reason, exc)
+            ctx.metric("genrm/recalibrate_skipped", 1.0, step=self.recalibrations, **self.labels)
+            return
+        self.recalibrations += 1
+        log.info("GenRM recalibrated (%s): length coefficient %.3f -> %.3f on %s verdicts",
+                 reason, fit.before, fit.after, fit.records)
+        for name, value in (("length_coef_before", fit.before), ("length_coef_after", fit.after),
+                            ("raw_win_rate", fit.raw_win_rate), ("lc_win_rate", fit.lc_win_rate),
+                            ("calibration_records", fit.records), ("flip_rate", self.genrm.flip_rate)):
+            ctx.metric(f"genrm/{name}", value, step=self.recalibrations, **self.labels)
+
+    def close(self) -> None:
+        self.watcher.close()
+
+
 class GroupHandler:
     topics = (ROLLOUTS,)
 
-    def __init__(self, registry: ScorerRegistry, cfg: RewardConfig) -> None:
+    def __init__(self, registry: ScorerRegistry, cfg: RewardConfig,
+                 control: ControlFollower | None = None) -> None:
         self.registry = registry
         self.cfg = cfg
+        self.control = control
         self.buffer = GroupBuffer()
         self.pool = ThreadPoolExecutor(cfg.scoring_threads, thread_name_prefix="score")
         self.running: dict[Future, PendingGroup] = {}
@@ -45,6 +93,8 @@ class GroupHandler:
         self.running[self.pool.submit(score_group, group, self.registry, self.cfg)] = group
 
     def tick(self, ctx: Context) -> None:
+        if self.control is not None:
+            self.control.apply(ctx)
         for group in self.buffer.expired(self.cfg.group_timeout_s):
             log.warning("group %s timed out with %s/%s rollouts", group.group_id,
                         len(group.rollouts), group.group_size)
@@ -89,16 +139,23 @@ class RewardService(Service):
     def __init__(self, config: RewardConfig) -> None:
         super().__init__(config)
         self.config: RewardConfig = config
-        self.registry = ScorerRegistry(config.sandbox_address)
+        self.registry = ScorerRegistry(config.sandbox_address, GenRMKind.from_config(config))
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_RewardServiceServicer_to_server(RewardGrpc(self.registry), server)
         return ["m1flow.v1.RewardService"]
 
     def start(self) -> None:
-        self.handler = GroupHandler(self.registry, self.config)
+        control = None
+        if self.config.stop_offsets is None:  # a replay re-scores with the settings it starts with
+            cfg = self.config
+            watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch")
+            control = ControlFollower(watcher, self.registry.genrm, cfg.replica)
+        self.handler = GroupHandler(self.registry, self.config, control)
         self.stream = self.worker(self.handler)
 
     def shutdown(self) -> None:
         self.handler.drain(self.stream.ctx)
         self.stream.close()
+        if self.handler.control is not None:
+            self.handler.control.close()

@@ -8,7 +8,9 @@ from m1flow.contracts import rpc, rpc_grpc
 from m1flow.runtime.config import ServiceConfig
 from m1flow.runtime.service import Service
 from svc_sandbox.backend import Sandbox, choose_backend
-from svc_sandbox.wire import request_from_proto, result_to_proto
+from svc_sandbox.swe import run_tests
+from svc_sandbox.wire import (request_from_proto, result_to_proto, tests_request_from_proto,
+                              tests_result_to_proto)
 
 
 class SandboxConfig(ServiceConfig):
@@ -28,6 +30,14 @@ class SandboxGrpc(rpc_grpc.SandboxServiceServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return result_to_proto(self.sandbox.execute(req))
+
+    def RunTests(self, request: rpc.RunTestsRequest, context: grpc.ServicerContext) -> rpc.RunTestsReply:  # noqa: N802
+        """Patch the snapshot and run its tests in one sandboxed run; the caller grades the statuses."""
+        try:
+            req = tests_request_from_proto(request)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return tests_result_to_proto(run_tests(self.sandbox, req))
 
 
 class SandboxService(Service):

@@ -85,7 +85,7 @@ class _Rebalance(ConsumerRebalanceListener):
 class StreamWorker:
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
                  producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
-                 client_id: str | None = None, session_timeout_ms: int = 10_000,
+                 client_id: str | None = None, session_timeout_ms: int = 20_000,
                  start_offsets: dict[str, int] | None = None,
                  stop_offsets: dict[str, int] | None = None, output_suffix: str = "") -> None:
         """start_offsets: None to join the group and resume from its commits; a dict
@@ -108,8 +108,7 @@ class StreamWorker:
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=max_records,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
             max_poll_interval_ms=600_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
-            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024,
-            metadata_max_age_ms=5000)
+            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
         for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
             self.consumer.partitions_for_topic(topic.name)
         if start_offsets is None:
@@ -222,10 +221,12 @@ class StreamWorker:
             log.warning("commit failed, will retry: %s", exc)
 
     def _on_revoked(self, partitions: set[tuple[str, int]]) -> None:
-        try:
-            self.flush_and_commit(only=partitions)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("commit on revoke failed: %s", exc)
+        """Forget the state of partitions handed to another member.
+
+        No commit here: the callback runs inside poll(), where calling back into the consumer is
+        not safe. Offsets left uncommitted are re-read by the next owner (at-least-once; consumers
+        dedupe), and everything already committable was committed at the end of the last step.
+        """
         self.handler.on_revoked(partitions)
         self.tracker.forget(partitions)
         for tp in partitions:

@@ -13,7 +13,6 @@ from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
 from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
 from m1flow.model import MiniMaxM1ForCausalLM
-from m1flow.bus import codec
 
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
 
@@ -47,21 +46,21 @@ def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
 
 
 def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
-    """On real scored groups: one CISPO step raises log-probs of A>0 samples, lowers A<0 ones."""
+    """One CISPO step on the policy's own samples, built through the learner's batching from
+    ScoredGroups: log-probs of A>0 samples rise, those of A<0 samples fall."""
+    from m1flow.policy import generator, load_policy, uri_for
+    from m1flow.model import sample
     from m1flow.warmstart import warm_started_policy
 
     policy = warm_started_policy(tmp_path / "p0")
     model = MiniMaxM1ForCausalLM.from_pretrained(policy)
-    torch.manual_seed(0)
-    group = events.ScoredGroup(group_id="g", samples=[])
-    rows = [([1, 20, 11, 21], [22, 2], 1.0), ([1, 20, 11, 21], [23, 24, 2], -1.0),
-            ([1, 22, 11, 23], [25, 2], 1.0), ([1, 22, 11, 23], [26, 2], -1.0)]
-    for i, (prompt, tokens, adv) in enumerate(rows):
-        with torch.no_grad():
-            ids = torch.tensor([prompt + tokens])
-            logp = torch.log_softmax(model(ids)[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
-        group.samples.add(rollout_id=str(i), prompt_token_ids=prompt, token_ids=tokens, advantage=adv,
-                          logprobs=logp[len(prompt) - 1:].tolist(), status="ok", reward=adv)
+    _, tok = load_policy(uri_for(policy))
+    prompt = [tok.bos_id, *tok.encode("12+7=")]
+    completions = sample(model, prompt, n=8, max_new_tokens=8, eos_id=tok.eos_id, generator=generator(0))
+    group = events.ScoredGroup(group_id="g")
+    for i, comp in enumerate(completions):
+        group.samples.add(rollout_id=str(i), prompt_token_ids=prompt, token_ids=comp.tokens,
+                          logprobs=comp.logprobs, advantage=1.0 if i % 2 == 0 else -1.0, status="ok")
     batch = to_batch([group])
     scorer = SequenceLogprobs(model)
 
@@ -70,8 +69,16 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
             return (scorer(batch.input_ids, batch.response_mask)[0] * batch.response_mask).sum(1)
 
     before = seq_logp()
-    cfg = LearnerConfig(lr=1e-3, minibatches=1)
+    cfg = LearnerConfig(lr=1e-4, minibatches=1)
     train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, current_version=0)
     delta = seq_logp() - before
-    assert (delta[batch.advantages > 0] > 0).all(), delta
-    assert (delta[batch.advantages < 0] < 0).all(), delta
+    # identical completions can sit on both sides; judge each distinct completion by its net advantage
+    net: dict[tuple, float] = {}
+    for comp, adv in zip(completions, batch.advantages.tolist()):
+        net[tuple(comp.tokens)] = net.get(tuple(comp.tokens), 0.0) + adv
+    for comp, d in zip(completions, delta.tolist()):
+        if net[tuple(comp.tokens)] > 0:
+            assert d > 0, (comp.tokens, d)
+        elif net[tuple(comp.tokens)] < 0:
+            assert d < 0, (comp.tokens, d)
+    assert any(v != 0 for v in net.values())

@@ -12,7 +12,7 @@ import torch
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM, sample
 from svc_learner.optim import make_optimizer
 from svc_learner.precision import prob_correlation
-from svc_learner.update import Batch, LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import Batch, LearnerConfig, SequenceLogprobs, pack_sequences, train_on_batch
 
 PROMPT = [1, 2, 3]
 
@@ -25,13 +25,7 @@ def _model_and_rollouts():
         model.model.norm.weight[0] = 200.0  # massive activation ...
         model.lm_head.weight[:, 0] = 1.0  # ... read by every logit alike
     done = sample(model, PROMPT, n=8, max_new_tokens=24, generator=torch.Generator().manual_seed(0))
-    n, t = len(done), len(PROMPT) + max(len(c.tokens) for c in done)
-    ids, logp, mask = torch.zeros(n, t, dtype=torch.long), torch.zeros(n, t), torch.zeros(n, t)
-    for i, c in enumerate(done):
-        end = len(PROMPT) + len(c.tokens)
-        ids[i, :end] = torch.tensor(PROMPT + c.tokens)
-        logp[i, len(PROMPT) : end] = torch.tensor(c.logprobs)
-        mask[i, len(PROMPT) : end] = 1
+    ids, mask, logp = pack_sequences([PROMPT] * len(done), [c.tokens for c in done], [c.logprobs for c in done])
     return model, ids, logp, mask
 
 

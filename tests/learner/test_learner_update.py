@@ -4,7 +4,7 @@ from learner_fixtures import TinyLM, make_batch
 from pydantic import ValidationError
 
 from svc_learner.optim import make_optimizer
-from svc_learner.update import LearnerConfig, SequenceLogprobs, select_trainable, train_on_batch
+from svc_learner.update import LearnerConfig, SequenceLogprobs, pack_sequences, select_trainable, train_on_batch
 
 
 def _sequence_logp(model, batch):
@@ -80,3 +80,10 @@ def test_config_is_typed():
         LearnerConfig(algo="ppo")
     with pytest.raises(ValidationError):
         LearnerConfig(minibatch=4)  # typo of a knob is an error, not ignored
+
+
+def test_pack_sequences_aligns_logprobs_with_their_tokens():
+    ids, mask, logp = pack_sequences([[5, 6], [7]], [[1, 2, 3], [4]], [[-0.1, -0.2, -0.3], [-0.4]], pad_id=9)
+    assert ids.tolist() == [[5, 6, 1, 2, 3], [7, 4, 9, 9, 9]]
+    assert mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
+    torch.testing.assert_close(logp, torch.tensor([[0, 0, -0.1, -0.2, -0.3], [0, -0.4, 0, 0, 0]]))
