@@ -115,6 +115,20 @@ def cmd_svc(args: argparse.Namespace) -> int:
     os.execv(sys.executable, [sys.executable, "-m", f"svc_{args.name}", *args.service_args])
 
 
+def cmd_feed(args: argparse.Namespace) -> int:
+    from m1flow.bus import Producer
+    from m1flow.source import publish
+    from m1flow.tasks.arith import problems
+    from m1flow.warmstart import WarmStartConfig
+
+    producer = Producer(_bootstrap(args), "feed")
+    ids = publish(producer, problems(seed=args.seed, n=args.n, max_operand=WarmStartConfig().max_operand),
+                  group_size=args.group_size, run_id=args.run_id)
+    producer.close()
+    print(f"published {len(ids)} prompts")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from m1flow.demo import DemoConfig, run_demo
 
@@ -161,6 +175,13 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("name", choices=["rollout", "reward", "sandbox", "learner", "monitor"])
     v.add_argument("service_args", nargs=argparse.REMAINDER)
     v.set_defaults(func=cmd_svc)
+
+    f = sub.add_parser("feed", help="publish generated arithmetic prompts on `prompts`")
+    f.add_argument("--n", type=int, default=64)
+    f.add_argument("--seed", type=int, default=1)
+    f.add_argument("--group-size", type=int, default=8)
+    f.add_argument("--run-id", default="local")
+    f.set_defaults(func=cmd_feed)
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)

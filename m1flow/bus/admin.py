@@ -54,7 +54,7 @@ def group_lag(bootstrap: str, group_id: str) -> dict[tuple[str, int], tuple[int,
     """(topic, partition) -> (committed offset, end offset) for one consumer group."""
     admin = admin_client(bootstrap)
     try:
-        committed = admin.list_consumer_group_offsets(group_id)
+        committed = admin.list_group_offsets({group_id: None}).get(group_id, {})
     finally:
         admin.close()
     result: dict[tuple[str, int], tuple[int, int]] = {}
@@ -71,6 +71,6 @@ def group_lag(bootstrap: str, group_id: str) -> dict[tuple[str, int], tuple[int,
 def list_groups(bootstrap: str) -> list[str]:
     admin = admin_client(bootstrap)
     try:
-        return sorted(group for group, *_ in admin.list_consumer_groups())
+        return sorted(group["group_id"] for group in admin.list_groups())
     finally:
         admin.close()

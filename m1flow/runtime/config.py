@@ -23,7 +23,10 @@ class ServiceConfig(BaseModel):
     run_dir: Path = Field(Path("run"), description="Where checkpoints, readiness files and logs go")
     group_id: str = Field("", description="Consumer group; default m1flow-<service>")
     replica: int = Field(0, description="Replica index, for logs and readiness files")
+    ready_dir: Path | None = Field(None, description="where the readiness file goes; default run_dir/ready")
+    grpc_host: str = Field("127.0.0.1", description="address gRPC binds (0.0.0.0 in containers)")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
+    metrics_host: str = Field("127.0.0.1", description="address /metrics binds")
     metrics_port: int = Field(0, description="Prometheus /metrics port; 0 picks a free one; -1 disables")
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
     stop_offsets: dict[str, int] | None = Field(

@@ -10,12 +10,12 @@ from prometheus_client import REGISTRY, start_http_server
 from m1flow.kafka.broker import free_port
 
 
-def grpc_server(port: int, workers: int = 4) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started-later gRPC server bound to `port` (0: a free one) with health NOT_SERVING."""
+def grpc_server(host: str, port: int, workers: int = 4) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started-later gRPC server bound to host:port (port 0: a free one) with health NOT_SERVING."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise RuntimeError(f"cannot bind gRPC port {port}")
     servicer = health.HealthServicer()
@@ -41,10 +41,10 @@ def check(address: str, timeout: float = 2.0) -> str:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
-def metrics_server(port: int) -> int:
+def metrics_server(host: str, port: int) -> int:
     """Serve Prometheus metrics; returns the port (-1 when disabled)."""
     if port < 0:
         return -1
     port = port or free_port()
-    start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+    start_http_server(port, addr=host, registry=REGISTRY)
     return port

@@ -62,8 +62,8 @@ class Service(ABC):
         """Finish or hand back in-flight work, commit, close."""
 
 
-def ready_file(run_dir: Path, name: str, replica: int) -> Path:
-    return Path(run_dir) / "ready" / f"{name}-{replica}.json"
+def ready_file(run_dir: Path, name: str, replica: int, ready_dir: Path | None = None) -> Path:
+    return Path(ready_dir or Path(run_dir) / "ready") / f"{name}-{replica}.json"
 
 
 def main(cls: type[Service], argv: list[str] | None = None) -> None:
@@ -74,16 +74,17 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
     if cls.uses_kafka:
         ensure_topics(config.bootstrap, suffix=config.output_suffix)
-    server, grpc_port, health_servicer = health.grpc_server(config.grpc_port)
+    server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port)
     names = service.register(server)
     server.start()
-    metrics_port = health.metrics_server(config.metrics_port)
+    metrics_port = health.metrics_server(config.metrics_host, config.metrics_port)
     service.start()
     health.set_serving(health_servicer, names, True)
-    ready = ready_file(config.run_dir, cls.name, config.replica)
+    ready = ready_file(config.run_dir, cls.name, config.replica, config.ready_dir)
     ready.parent.mkdir(parents=True, exist_ok=True)
     tmp = ready.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "grpc": f"127.0.0.1:{grpc_port}",
+    address = "127.0.0.1" if config.grpc_host in ("0.0.0.0", "::") else config.grpc_host
+    tmp.write_text(json.dumps({"pid": os.getpid(), "grpc": f"{address}:{grpc_port}",
                                "metrics_port": metrics_port, "started": time.time()}))
     tmp.replace(ready)
     log.info("ready: grpc 127.0.0.1:%s metrics %s group %s", grpc_port, metrics_port, service.group_id)
