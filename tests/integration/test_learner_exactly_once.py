@@ -1,0 +1,107 @@
+"""SIGKILL the learner at random points, restart it each time: every scored group is applied in
+exactly one step, and the final weights equal those of an uninterrupted run on the same input."""
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import torch
+from safetensors.torch import load_file
+
+from m1flow.bus import Producer, codec
+from m1flow.bus.topics import SCORED
+from m1flow.contracts import events
+from m1flow.kafka import Broker
+from m1flow.bus.admin import ensure_topics
+from m1flow.launcher import launch
+from m1flow.model import MiniMaxM1ForCausalLM, sample
+from m1flow.policy import generator, load_policy, uri_for
+from m1flow.tasks.arith import problems
+from m1flow.warmstart import warm_started_policy
+from svc_reward.shaping import group_advantages
+
+GROUPS, BATCH = 80, 4
+
+
+def scored_groups(policy) -> list[events.ScoredGroup]:
+    """Real samples of the warm-started policy, scored like the reward service would."""
+    model = MiniMaxM1ForCausalLM.from_pretrained(policy)
+    _, tok = load_policy(uri_for(policy))
+    out = []
+    for i, p in enumerate(problems(seed=42, n=GROUPS, max_operand=12)):
+        ids = [tok.bos_id, *tok.encode(p.text)]
+        comps = sample(model, ids, n=4, max_new_tokens=6, eos_id=tok.eos_id, generator=generator(i))
+        rewards = [float(tok.decode(c.tokens) == p.answer) for c in comps]
+        g = events.ScoredGroup(header=codec.header("test", message_id=f"s{i}"), group_id=f"g{i}")
+        for c, r, a in zip(comps, rewards, group_advantages(rewards)):
+            g.samples.add(prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs, reward=r,
+                          advantage=a, status="ok")
+        g.dropped = len(set(rewards)) == 1
+        out.append(g)
+    return out
+
+
+def final_checkpoint(run_dir) -> tuple[dict, dict]:
+    last = sorted((run_dir / "learner" / "checkpoints").glob("v*"))[-1]
+    return load_file(last / "model.safetensors"), json.loads((last / "learner_state.json").read_text())
+
+
+def learner_args(policy, group: str) -> list[str]:
+    return ["--init-checkpoint", str(policy), "--batch-groups", str(BATCH), "--group-id", group,
+            "--train", json.dumps({"lr": 3e-4, "minibatches": 4})]
+
+
+def run_until_done(proc_factory, run_dir, timeout: float = 300) -> None:
+    proc = proc_factory()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            state_files = sorted((run_dir / "learner" / "checkpoints").glob("v*/learner_state.json"))
+            if state_files and json.loads(state_files[-1].read_text())["version"] >= GROUPS // BATCH:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"learner did not finish:\n{proc.tail()}")
+    finally:
+        proc.stop()
+
+
+def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run(tmp_path):
+    broker = Broker(tmp_path / "kafka")
+    bootstrap = broker.start()
+    try:
+        ensure_topics(bootstrap)
+        policy = warm_started_policy(tmp_path / "policy0")
+        producer = Producer(bootstrap, "test")
+        for g in scored_groups(policy):
+            producer.send(SCORED, g.group_id, g)
+        producer.flush()
+
+        calm = tmp_path / "calm"
+        run_until_done(lambda: launch("learner", calm, bootstrap, learner_args(policy, "learner-calm")), calm)
+
+        crashy = tmp_path / "crashy"
+        rng = random.Random(7)
+        partial = []
+        for _ in range(4):
+            proc = launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"), replica=1)
+            time.sleep(rng.uniform(0.2, 1.2))
+            proc.kill()  # SIGKILL: no shutdown path runs
+            proc.proc.wait()
+            states = sorted((crashy / "learner" / "checkpoints").glob("v*/learner_state.json"))
+            partial.append(json.loads(states[-1].read_text())["version"] if states else 0)
+        run_until_done(lambda: launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"),
+                                      replica=1), crashy)
+        print("versions after each kill:", partial)
+        assert any(0 < v < GROUPS // BATCH for v in partial), partial  # killed mid-run, not before or after
+
+        calm_weights, calm_state = final_checkpoint(calm)
+        crashy_weights, crashy_state = final_checkpoint(crashy)
+        applied = [gid for step in crashy_state["applied_groups"] for gid in step]
+        assert sorted(applied) == sorted(f"g{i}" for i in range(GROUPS))  # each group once, none lost
+        assert crashy_state["applied_groups"] == calm_state["applied_groups"]
+        assert calm_weights.keys() == crashy_weights.keys()
+        for name in calm_weights:
+            assert torch.equal(calm_weights[name], crashy_weights[name]), name
+    finally:
+        broker.stop()
