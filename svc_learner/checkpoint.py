@@ -33,14 +33,14 @@ class LearnerState:
 
 
 def save(root: Path, model: MiniMaxM1ForCausalLM, optimizer: torch.optim.Optimizer | None,
-         state: LearnerState, tokenizer_file: Path, keep: int = 3) -> tuple[Path, str]:
+         state: LearnerState, tokenizer_json: str, keep: int = 3) -> tuple[Path, str]:
     """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"v{state.version:06d}"
     tmp = root / f".tmp-v{state.version:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
-    shutil.copyfile(tokenizer_file, tmp / TOKENIZER_FILE)
+    (tmp / TOKENIZER_FILE).write_text(tokenizer_json)
     if optimizer is not None:
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
     (tmp / STATE_FILE).write_text(json.dumps(asdict(state)))

@@ -36,7 +36,7 @@ class Trainer:
             raise RuntimeError("no learner checkpoint and no --init-checkpoint to start from")
         self.model = MiniMaxM1ForCausalLM.from_pretrained(source)
         self.model.train()
-        self.tokenizer_file = source / TOKENIZER_FILE
+        self.tokenizer_json = (source / TOKENIZER_FILE).read_text()  # kept: old checkpoints rotate away
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay)
         if found is not None:
             self.state = checkpoint.load_state(found)
@@ -51,7 +51,7 @@ class Trainer:
         self.lock = threading.Lock()
 
     def _save(self):
-        return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_file,
+        return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_json,
                                keep=self.cfg.keep_checkpoints)
 
     def step(self, groups: list[events.ScoredGroup], offsets: dict[str, int]) -> dict[str, float]:
@@ -79,8 +79,21 @@ class Trainer:
             step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()})
 
 
+def validate(group: events.ScoredGroup) -> None:
+    """Reject a group the learner could not train on before it enters a batch."""
+    if not group.group_id:
+        raise ValueError("scored group without a group_id")
+    for s in group.samples:
+        if len(s.logprobs) != len(s.token_ids):
+            raise ValueError(f"sample {s.rollout_id}: {len(s.token_ids)} tokens but {len(s.logprobs)} log-probs")
+        if not s.prompt_token_ids:
+            raise ValueError(f"sample {s.rollout_id}: empty prompt")
+
+
 class ScoredHandler:
     topics = (SCORED,)
+    dead_letter_errors = (ValueError,)  # a malformed group; a failing step or disk stops the service
+
 
     def __init__(self, service: "LearnerService") -> None:
         self.service = service
@@ -90,6 +103,7 @@ class ScoredHandler:
         trainer = self.service.trainer
         if group.group_id in trainer.applied or any(g.group_id == group.group_id for g, _ in self.buffer):
             return  # the reward service may score a group twice after a crash: apply it once
+        validate(group)
         ctx.hold(record)
         self.buffer.append((group, record))
         if len(self.buffer) >= self.service.config.batch_groups:

@@ -62,6 +62,10 @@ class Context:
 
 
 class Handler(Protocol):
+    """topics: what to consume. A handler may set `dead_letter_errors` to the exception types that
+    mean "this message is bad" (default: any Exception); anything else propagates and stops the
+    service, which then resumes from its committed offsets instead of discarding good input."""
+
     topics: tuple[TopicSpec, ...]
 
     def handle(self, message: Message, record: Record, ctx: Context) -> None: ...
@@ -186,7 +190,7 @@ class StreamWorker:
         try:
             self.handler.handle(message, record, self.ctx)
             self.stats["handled"] += 1
-        except Exception as exc:  # noqa: BLE001 - a bad message must not stop the service
+        except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
             log.warning("handler failed on %s: %s", record.position, exc)
             self.ctx._held.discard(key)
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
