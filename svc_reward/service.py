@@ -12,6 +12,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import grpc
+from kafka.errors import KafkaError
 from prometheus_client import Counter
 
 from m1flow.bus import Context, Record
@@ -43,7 +44,12 @@ class ControlFollower:
         self.recalibrations = 0
 
     def apply(self, ctx: Context) -> None:
-        for command in self.watcher.poll():
+        try:
+            commands = self.watcher.poll()
+        except KafkaError as exc:  # a broker hiccup must not stop scoring; the next tick reads on
+            log.warning("reading control failed, will retry: %s", exc)
+            return
+        for command in commands:
             if command.HasField("recalibrate") and command.header.created_unix_ms >= self.since_ms:
                 self.recalibrate(ctx, command.recalibrate.reason or command.reason)
 

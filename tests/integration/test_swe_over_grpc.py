@@ -1,0 +1,70 @@
+"""SWE rewards through the real svc_sandbox process: RunTests over gRPC, graded by svc_reward."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from m1flow.contracts import events, rpc
+from m1flow.launcher import launch
+from svc_reward.result import Status
+from svc_reward.scorers import ScorerRegistry
+from svc_sandbox.client import SandboxClient
+from svc_sandbox.jail import JailBackend
+from svc_sandbox.swe import RunTestsRequest, snapshot_tar, swe_limits
+from svc_sandbox.wire import limits_from_proto, limits_to_proto
+from tests.reward.test_swe_verifier import F2P, LIMITS, P2P, diff_after, fixed, repo  # noqa: F401 (fixture)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    if JailBackend.missing():
+        pytest.skip(f"local jail unavailable here: missing {JailBackend.missing()}")
+    proc = launch("sandbox", tmp_path_factory.mktemp("sandbox"), bootstrap="unused:0", args=["--backend", "jail"])
+    yield proc
+    proc.stop()
+
+
+def spec_for(repo_dir) -> events.VerifierSpec:
+    return events.VerifierSpec(kind="swe", spec_json=json.dumps({
+        "repo_tar": base64.b64encode(snapshot_tar(repo_dir)).decode(), "fail_to_pass": F2P,
+        "pass_to_pass": P2P, "limits": LIMITS.model_dump()}))
+
+
+def test_fixing_patch_earns_one_and_a_non_applying_patch_zero(sandbox, repo):  # noqa: F811
+    registry = ScorerRegistry(sandbox.grpc_address)
+    spec = spec_for(repo)
+    patch = diff_after(repo, {"calc.py": fixed()})
+    good = registry.score(f"Fixed add.\n```diff\n{patch}```", spec)
+    assert (good.reward, good.correct, good.status) == (1.0, True, Status.OK), good.detail
+    assert good.detail.startswith("FULL: FAIL_TO_PASS 1/1, PASS_TO_PASS 3/3")
+    stale = patch.replace("-    return a - b", "-    return a % b")
+    bad = registry.score(f"```diff\n{stale}```", spec)
+    assert (bad.reward, bad.correct, bad.status) == (0.0, False, Status.OK), bad.detail
+    assert "did not apply" in bad.detail
+
+
+def test_run_tests_returns_per_test_statuses_for_the_caller_to_grade(sandbox, repo):  # noqa: F811
+    """The service reports what each test did; grading (the xfail counting as passing) is the caller's."""
+    patch = diff_after(repo, {"calc.py": fixed().replace("a * b", "b * a")})  # fixes add, rewrites mul
+    client = SandboxClient(sandbox.grpc_address)
+    try:
+        result = client.run_tests(RunTestsRequest(repo_tar=snapshot_tar(repo), patch=patch,
+                                                  fail_to_pass=F2P, pass_to_pass=P2P, limits=LIMITS))
+    finally:
+        client.close()
+    assert result.status == "ok" and result.patch_applied and result.apply_method == "git apply"
+    assert result.tests == {F2P[0]: "PASSED", P2P[0]: "PASSED", P2P[1]: "PASSED", P2P[2]: "XFAIL"}
+    assert "M1FLOW TESTS START" in result.log
+
+
+def test_limits_cross_the_wire_whole_and_unset_ones_keep_the_swe_defaults():
+    assert limits_from_proto(limits_to_proto(LIMITS)) == LIMITS
+    partial = limits_from_proto(rpc.Limits(wall_seconds=7.0), base=swe_limits())
+    assert partial == swe_limits().model_copy(update={"wall_seconds": 7.0})
+
+
+def test_sandbox_down_is_a_sandbox_error_not_reward_zero(repo):  # noqa: F811
+    result = ScorerRegistry("127.0.0.1:1").score("```diff\n--- a/x\n+++ b/x\n```", spec_for(repo))
+    assert result.status is Status.SANDBOX_ERROR and not result.usable
