@@ -27,7 +27,9 @@ class ServiceProcess:
     run_dir: Path
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    entry: list[str] = field(default_factory=list)  # e.g. torchrun's; default: python -m svc_<name>
     proc: subprocess.Popen | None = None
+    launched_at: float = 0.0
 
     @property
     def log_path(self) -> Path:
@@ -37,8 +39,10 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
-        cmd = [sys.executable, "-m", f"svc_{self.name}", "--run-dir", str(self.run_dir),
+        entry = self.entry or [sys.executable, "-m", f"svc_{self.name}"]
+        cmd = [*entry, "--run-dir", str(self.run_dir),
                "--replica", str(self.replica), *self.args]
+        self.launched_at = time.time()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -58,7 +62,7 @@ class ServiceProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name}-{self.replica} exited with {self.proc.returncode}:\n{self.tail()}")
             info = self.info()
-            if info.get("pid") == self.proc.pid and health.check(info["grpc"]) == "SERVING":
+            if info.get("started", 0) >= self.launched_at and health.check(info["grpc"]) == "SERVING":
                 return self
             time.sleep(0.3)
         raise TimeoutError(f"{self.name}-{self.replica} not ready after {timeout:.0f}s:\n{self.tail()}")
@@ -87,9 +91,16 @@ class ServiceProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def torchrun(name: str, nproc: int) -> list[str]:
+    """The entry of a service run data-parallel on `nproc` local processes."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", f"svc_{name}"]
+
+
 def launch(name: str, run_dir: Path, bootstrap: str, args: list[str] | None = None, replica: int = 0,
-           run_id: str = "local", wait: bool = True, env: dict[str, str] | None = None) -> ServiceProcess:
+           run_id: str = "local", wait: bool = True, env: dict[str, str] | None = None,
+           entry: list[str] | None = None) -> ServiceProcess:
     proc = ServiceProcess(name, replica, Path(run_dir),
-                          ["--bootstrap", bootstrap, "--run-id", run_id, *(args or [])], env or {})
+                          ["--bootstrap", bootstrap, "--run-id", run_id, *(args or [])], env or {}, entry or [])
     proc.start()
     return proc.wait_ready() if wait else proc

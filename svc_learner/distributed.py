@@ -54,7 +54,8 @@ def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
     if ranks.world == 1:
         return scorer
     device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
-    return DistributedDataParallel(scorer, device_ids=device_ids)
+    # MoE routing leaves some experts without tokens in a minibatch: their grads are simply absent
+    return DistributedDataParallel(scorer, device_ids=device_ids, find_unused_parameters=True)
 
 
 def train_on_batch_distributed(

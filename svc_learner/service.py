@@ -18,7 +18,8 @@ from svc_learner import checkpoint
 from svc_learner.batching import group_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.optim import make_optimizer
-from svc_learner.update import train_on_batch
+from svc_learner.distributed import init_distributed, train_on_batch_distributed, wrap_model
+from svc_learner.update import Ranks
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 class Trainer:
     """The learner's state: model, optimizer, progress; one `step()` per batch of groups."""
 
-    def __init__(self, cfg: LearnerServiceConfig) -> None:
+    def __init__(self, cfg: LearnerServiceConfig, ranks: Ranks = Ranks()) -> None:
         self.cfg = cfg
+        self.ranks = ranks
         self.root = cfg.run_dir / "learner" / "checkpoints"
         torch.manual_seed(cfg.seed)
         found = checkpoint.latest(self.root)
@@ -38,6 +40,7 @@ class Trainer:
         self.model.train()
         self.tokenizer_json = (source / TOKENIZER_FILE).read_text()  # kept: old checkpoints rotate away
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay)
+        self.scorer = wrap_model(self.model, cfg.train, ranks)  # DDP under torchrun
         if found is not None:
             self.state = checkpoint.load_state(found)
             checkpoint.load_optimizer(found, self.optimizer)
@@ -45,7 +48,8 @@ class Trainer:
             log.info("resumed from %s (version %s, offsets %s)", found, self.state.version, self.state.offsets)
         else:
             self.state = checkpoint.LearnerState()
-            self.current_dir, self.sha = self._save()
+            if ranks.rank == 0:
+                self.current_dir, self.sha = self._save()
         self.applied = {gid for step in self.state.applied_groups for gid in step}
         self.last_stats: dict[str, float] = {}
         self.lock = threading.Lock()
@@ -54,12 +58,20 @@ class Trainer:
         return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_json,
                                keep=self.cfg.keep_checkpoints)
 
-    def step(self, groups: list[events.ScoredGroup], offsets: dict[str, int]) -> dict[str, float]:
-        """Train on one batch, then advance version and offsets together in one checkpoint."""
+    def update(self, groups: list[events.ScoredGroup], version: int) -> dict[str, float]:
+        """The optimizer steps on one batch; every rank runs it on the same groups."""
         batch = to_batch(groups, pad_id=self.model.config.pad_token_id or 0)
         stats = dict(group_stats(groups))
         if batch is not None:
-            stats.update(train_on_batch(self.model, self.optimizer, batch, self.cfg.train, self.state.version))
+            stats.update(train_on_batch_distributed(self.scorer, self.optimizer, batch, self.cfg.train,
+                                                    version, self.ranks))
+        return stats
+
+    def step(self, groups: list[events.ScoredGroup], offsets: dict[str, int]) -> dict[str, float]:
+        """Train on one batch, then advance version and offsets together in one checkpoint (rank 0)."""
+        if self.ranks.world > 1:
+            broadcast_batch(groups, self.state.version)
+        stats = self.update(groups, self.state.version)
         with self.lock:
             self.state.version += 1
             self.state.step += 1
@@ -88,6 +100,34 @@ def validate(group: events.ScoredGroup) -> None:
             raise ValueError(f"sample {s.rollout_id}: {len(s.token_ids)} tokens but {len(s.logprobs)} log-probs")
         if not s.prompt_token_ids:
             raise ValueError(f"sample {s.rollout_id}: empty prompt")
+
+
+def broadcast_batch(groups: list[events.ScoredGroup] | None, version: int = 0) -> None:
+    """Rank 0 hands the batch (or None: stop) to the other torchrun ranks."""
+    import torch.distributed as dist
+
+    payload = None if groups is None else ([g.SerializeToString() for g in groups], version)
+    dist.broadcast_object_list([payload], src=0)
+
+
+def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
+    """Ranks > 0 under torchrun: no Kafka, no ports; train on what rank 0 broadcasts until told to stop."""
+    import torch.distributed as dist
+
+    trainer = Trainer(cfg, ranks)
+    while True:
+        box = [None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            break
+        blobs, version = box[0]
+        groups = []
+        for blob in blobs:
+            group = events.ScoredGroup()
+            group.ParseFromString(blob)
+            groups.append(group)
+        trainer.update(groups, version)
+    log.info("rank %s done", ranks.rank)
 
 
 class ScoredHandler:
@@ -150,7 +190,8 @@ class LearnerService(Service):
         super().__init__(config)
         self.config: LearnerServiceConfig = config
         torch.set_num_threads(config.torch_threads)
-        self.trainer = Trainer(config)
+        self.ranks = init_distributed()
+        self.trainer = Trainer(config, self.ranks)
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_LearnerServiceServicer_to_server(LearnerGrpc(self), server)
@@ -163,3 +204,5 @@ class LearnerService(Service):
 
     def shutdown(self) -> None:
         self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
+        if self.ranks.world > 1:
+            broadcast_batch(None)

@@ -132,9 +132,25 @@ def select_trainable(batch: Batch, cfg: LearnerConfig, current_version: int) -> 
     return batch.select(keep.nonzero().squeeze(1)), counts
 
 
+def drop_empty_grads(params: list[nn.Parameter]) -> None:
+    """A parameter no token reached (an MoE expert nobody routed to) is not stepped.
+
+    Single-process autograd leaves its grad None; DDP fills it with zeros, and AdamW would still
+    move it by its momentum. Treating all-zero grads as None makes both paths take the same step.
+    """
+    for p in params:
+        if p.grad is not None and not p.grad.any():
+            p.grad = None
+
+
 def minibatch_indices(n: int, minibatches: int, ranks: Ranks) -> list[Tensor]:
-    """This rank's share of each minibatch: global minibatch j is the same for any world size."""
-    return [chunk[ranks.rank :: ranks.world] for chunk in torch.arange(n).tensor_split(minibatches) if len(chunk)]
+    """This rank's share of each minibatch: global minibatch j is the same for any world size.
+
+    Fewer minibatches when the batch is small, so that every rank gets a sample of every one (a rank
+    skipping a backward would hang the others).
+    """
+    count = min(minibatches, n // ranks.world)
+    return [chunk[ranks.rank :: ranks.world] for chunk in torch.arange(n).tensor_split(count)] if count else []
 
 
 def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) -> Tensor:
@@ -174,6 +190,7 @@ def run_updates(
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
         optimizer.zero_grad(set_to_none=True)
         (loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
+        drop_empty_grads(params)
         grad_norm = clip_gradients(params, cfg.grad_clip)
         optimizer.step()
         n_tok = mb_stats["num_tokens"]

@@ -42,23 +42,25 @@ def scored_groups(policy) -> list[events.ScoredGroup]:
     return out
 
 
-def final_checkpoint(run_dir) -> tuple[dict, dict]:
-    last = sorted((run_dir / "learner" / "checkpoints").glob("v*"))[-1]
+def final_checkpoint(run_dir, version: int | None = None) -> tuple[dict, dict]:
+    found = sorted((run_dir / "learner" / "checkpoints").glob("v*"))
+    last = found[-1] if version is None else run_dir / "learner" / "checkpoints" / f"v{version:06d}"
     return load_file(last / "model.safetensors"), json.loads((last / "learner_state.json").read_text())
 
 
-def learner_args(policy, group: str) -> list[str]:
+def learner_args(policy, group: str, minibatches: int = 4) -> list[str]:
     return ["--init-checkpoint", str(policy), "--batch-groups", str(BATCH), "--group-id", group,
-            "--train", json.dumps({"lr": 3e-4, "minibatches": 4})]
+            "--keep-checkpoints", "100",
+            "--train", json.dumps({"lr": 3e-4, "minibatches": minibatches})]
 
 
-def run_until_done(proc_factory, run_dir, timeout: float = 300) -> None:
+def run_until_done(proc_factory, run_dir, timeout: float = 300, steps: int = GROUPS // BATCH) -> None:
     proc = proc_factory()
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             state_files = sorted((run_dir / "learner" / "checkpoints").glob("v*/learner_state.json"))
-            if state_files and json.loads(state_files[-1].read_text())["version"] >= GROUPS // BATCH:
+            if state_files and json.loads(state_files[-1].read_text())["version"] >= steps:
                 return
             time.sleep(0.5)
         raise AssertionError(f"learner did not finish:\n{proc.tail()}")
@@ -103,5 +105,42 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
         assert calm_weights.keys() == crashy_weights.keys()
         for name in calm_weights:
             assert torch.equal(calm_weights[name], crashy_weights[name]), name
+    finally:
+        broker.stop()
+
+
+def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path):
+    """`torchrun --nproc-per-node 2 -m svc_learner`: rank 0 consumes and broadcasts, both ranks
+    train (DDP over gloo); the result equals the single-process learner's on the same groups."""
+    from m1flow.launcher import torchrun
+
+    broker = Broker(tmp_path / "kafka")
+    bootstrap = broker.start()
+    try:
+        ensure_topics(bootstrap)
+        policy = warm_started_policy(tmp_path / "policy0")
+        producer = Producer(bootstrap, "test")
+        for g in scored_groups(policy)[: 4 * BATCH]:
+            producer.send(SCORED, g.group_id, g)
+        producer.flush()
+        steps, MB = 1, 1  # one update: later ones compound the sign flips described below
+        one, two = tmp_path / "one", tmp_path / "two"
+        run_until_done(lambda: launch("learner", one, bootstrap, learner_args(policy, "one", MB)), one, steps=steps)
+        run_until_done(lambda: launch("learner", two, bootstrap, learner_args(policy, "two", MB),
+                                      entry=torchrun("learner", 2)), two, steps=steps)
+        w1, s1 = final_checkpoint(one, steps)
+        w2, s2 = final_checkpoint(two, steps)
+        assert s1["applied_groups"] == s2["applied_groups"] and s2["version"] == steps
+        # AdamW with eps 1e-15 takes a sign-like first step, so a parameter whose true gradient is
+        # ~0 moves +lr in one run and -lr in the other when float summation order differs (one
+        # process vs an all-reduce of two). Everything else must agree to 1e-6.
+        lr, updates = 3e-4, steps * MB
+        differing = total = 0
+        for name in w1:
+            diff = (w1[name] - w2[name]).abs()
+            assert diff.max() <= 2 * lr * updates + 1e-6, name
+            differing += int((diff > 1e-6).sum())
+            total += diff.numel()
+        assert differing <= 1e-4 * total, f"{differing} of {total} weights differ"
     finally:
         broker.stop()
