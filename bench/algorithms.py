@@ -123,7 +123,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts per generation batch")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--minibatches", type=int, default=8, help="off-policy updates per generation batch")
-    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--pool", type=int, default=32, help="RL training problems")
     p.add_argument("--val", type=int, default=64, help="held-out problems")

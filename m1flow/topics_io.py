@@ -39,14 +39,20 @@ def resolve(consumer: KafkaConsumer, topic: str, position: tuple[str, int] | Non
     return {tp: (found[tp].offset if found.get(tp) else ends[tp]) for tp in parts}
 
 
+def bounds(consumer: KafkaConsumer, topic: str, start: str | None, end: str | None
+           ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """[begin, stop) offsets per partition of the range named by `start` and `end`."""
+    return (resolve(consumer, topic, parse_position(start), "beginning"),
+            resolve(consumer, topic, parse_position(end), "end"))
+
+
 def read_range(bootstrap: str, topic: str, start: str | None = None, end: str | None = None,
                limit: int | None = None) -> Iterator[dict]:
     """Decoded records of [start, end) as dicts (undecodable ones carry their error)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              client_id="m1flow-dump")
     try:
-        begin = resolve(consumer, topic, parse_position(start), "beginning")
-        stop = resolve(consumer, topic, parse_position(end), "end")
+        begin, stop = bounds(consumer, topic, start, end)
         consumer.assign(list(begin))
         for tp, off in begin.items():
             consumer.seek(tp, off)
@@ -88,8 +94,7 @@ def prepare_replay(bootstrap: str, topic: str, group: str, start: str, end: str 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
                              client_id="m1flow-replay")
     try:
-        begin = resolve(consumer, topic, parse_position(start), "beginning")
-        stop = resolve(consumer, topic, parse_position(end), "end")
+        begin, stop = bounds(consumer, topic, start, end)
         consumer.assign(list(begin))
         consumer.commit({tp: OffsetAndMetadata(off, "replay start", -1) for tp, off in begin.items()})
         return {f"{tp.topic}/{tp.partition}": stop[tp] for tp in begin}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from m1flow.contracts import events
-from svc_learner.update import Batch
+from svc_learner.update import Batch, pack_sequences
 
 INFRA_FAILURES = {"timeout", "sandbox_error", "judge_error"}
 
@@ -23,17 +23,9 @@ def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
             rows.append((gi, group.dropped, s))
     if not rows:
         return None
-    width = max(len(s.prompt_token_ids) + len(s.token_ids) for _, _, s in rows)
-    n = len(rows)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.float32)
-    logp = torch.zeros((n, width), dtype=torch.float32)
-    for row, (_, _, s) in enumerate(rows):
-        p, r = len(s.prompt_token_ids), len(s.token_ids)
-        input_ids[row, :p] = torch.tensor(list(s.prompt_token_ids))
-        input_ids[row, p : p + r] = torch.tensor(list(s.token_ids))
-        mask[row, p : p + r] = 1.0
-        logp[row, p : p + r] = torch.tensor(list(s.logprobs), dtype=torch.float32)
+    input_ids, mask, logp = pack_sequences([list(s.prompt_token_ids) for _, _, s in rows],
+                                           [list(s.token_ids) for _, _, s in rows],
+                                           [list(s.logprobs) for _, _, s in rows], pad_id)
     return Batch(
         input_ids=input_ids, response_mask=mask, rollout_logp=logp,
         advantages=torch.tensor([s.advantage for _, _, s in rows], dtype=torch.float32),

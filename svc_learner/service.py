@@ -7,7 +7,7 @@ import threading
 import grpc
 import torch
 
-from m1flow.bus import Context, Record, codec
+from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import POLICY, SCORED, POLICY_KEY
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.model import MiniMaxM1ForCausalLM
@@ -130,7 +130,7 @@ def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
     log.info("rank %s done", ranks.rank)
 
 
-class ScoredHandler:
+class ScoredHandler(HandlerBase):
     topics = (SCORED,)
     dead_letter_errors = (ValueError,)  # a malformed group; a failing step or disk stops the service
 
@@ -160,12 +160,6 @@ class ScoredHandler:
         for name, value in stats.items():
             ctx.metric(f"learner/{name}", value, step=version)
         log.info("step %s: %s", version, {k: round(v, 4) for k, v in stats.items()})
-
-    def tick(self, ctx: Context) -> None:
-        pass
-
-    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
-        pass
 
 
 class LearnerGrpc(rpc_grpc.LearnerServiceServicer):

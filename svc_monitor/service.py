@@ -7,7 +7,7 @@ import logging
 import grpc
 from pydantic import Field
 
-from m1flow.bus import Context, Record
+from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.topics import METRICS, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.config import ServiceConfig
@@ -32,7 +32,7 @@ def group_row(group: events.ScoredGroup) -> GroupRow:
                     dropped=int(group.dropped))
 
 
-class MonitorHandler:
+class MonitorHandler(HandlerBase):
     topics = (SCORED, METRICS)
 
     def __init__(self, store: Store) -> None:
@@ -51,12 +51,6 @@ class MonitorHandler:
                                  prev["mean_length"], prev["groups"])
         else:
             self.store.add_metric(message.service, message.name, message.step, message.value)
-
-    def tick(self, ctx: Context) -> None:
-        pass
-
-    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
-        pass
 
 
 class MonitorGrpc(rpc_grpc.MonitorServiceServicer):

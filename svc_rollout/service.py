@@ -7,7 +7,7 @@ import time
 import grpc
 import torch
 
-from m1flow.bus import Context, Record, codec
+from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
@@ -20,7 +20,7 @@ from svc_rollout.engine import FINISH, NativeEngine
 log = logging.getLogger(__name__)
 
 
-class PromptHandler:
+class PromptHandler(HandlerBase):
     topics = (PROMPTS,)
 
     def __init__(self, service: "RolloutService") -> None:
@@ -30,12 +30,6 @@ class PromptHandler:
         for rollout in self.service.rollouts_for(prompt):
             ctx.emit(ROLLOUTS, rollout.group_id, rollout)
         self.service.groups_on_version += 1
-
-    def tick(self, ctx: Context) -> None:
-        pass
-
-    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
-        pass
 
 
 class RolloutGrpc(rpc_grpc.RolloutServiceServicer):

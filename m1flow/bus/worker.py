@@ -75,6 +75,16 @@ class Handler(Protocol):
     def on_revoked(self, partitions: set[tuple[str, int]]) -> None: ...
 
 
+class HandlerBase:
+    """Defaults for handlers with no periodic work and no per-partition state."""
+
+    def tick(self, ctx: Context) -> None:
+        pass
+
+    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
+        pass
+
+
 class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, worker: "StreamWorker") -> None:
         self.worker = worker

@@ -116,8 +116,24 @@ class Broker:
         return self._process() is not None
 
     # ------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 90.0) -> str:
-        """Start (or find running) the node and return its bootstrap address once it serves requests."""
+    def start(self, timeout: float = 90.0, attempts: int = 3) -> str:
+        """Start (or find running) the node and return its bootstrap address once it serves requests.
+
+        A free port can be taken by another process between choosing it and the JVM binding it;
+        such a start is retried on new ports.
+        """
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except BrokerError as exc:
+                if "Address already in use" not in str(exc) or attempt == attempts - 1:
+                    raise
+                state = self.state()  # move to new ports; data written for the old address goes
+                self._save(BrokerState(free_port(), free_port(), state.cluster_id))
+                _wipe(self.run_dir / "data")
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> str:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.running():
             self.wait_ready(timeout)
@@ -160,8 +176,7 @@ class Broker:
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             if not self.running():
-                tail = _tail(self.run_dir / "broker.out") + _tail(self.run_dir / "logs" / "server.log")
-                raise BrokerError(f"broker process exited during start-up:\n{tail}")
+                raise BrokerError(f"broker process exited during start-up:\n{self._errors()}")
             try:
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
                                          client_id="m1flow-ready")
@@ -174,6 +189,15 @@ class Broker:
                 last_error = exc
                 time.sleep(0.5)
         raise BrokerError(f"broker not ready after {timeout:.0f}s: {last_error}")
+
+    def _errors(self) -> str:
+        """The ERROR/FATAL lines and exceptions of the broker's logs (the config dump hides them)."""
+        lines = []
+        for path in (self.run_dir / "broker.out", self.run_dir / "logs" / "server.log"):
+            if path.exists():
+                lines += [ln for ln in path.read_text(errors="replace").splitlines()
+                          if " ERROR " in ln or " FATAL " in ln or "Exception" in ln]
+        return "\n".join(lines[-20:]) or _tail(self.run_dir / "broker.out")
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`; safe to call when nothing runs."""

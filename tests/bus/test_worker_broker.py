@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import time
 
-from m1flow.bus import Producer, StreamWorker, codec
+from m1flow.bus import HandlerBase, Producer, StreamWorker, codec
 from m1flow.bus.admin import group_lag
 from m1flow.bus.topics import CONTROL
 from m1flow.contracts import events
 
 
-class Holder:
+class Holder(HandlerBase):
     topics = (CONTROL,)
 
     def __init__(self) -> None:
@@ -22,11 +22,6 @@ class Holder:
             ctx.hold(record)
             self.held.append(record)
 
-    def tick(self, ctx):  # noqa: ANN001
-        pass
-
-    def on_revoked(self, partitions):  # noqa: ANN001
-        pass
 
 
 def committed(bootstrap: str, group: str) -> int:

@@ -6,6 +6,7 @@ import json
 import random
 import time
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -42,6 +43,23 @@ def scored_groups(policy) -> list[events.ScoredGroup]:
     return out
 
 
+@pytest.fixture
+def filled_broker(tmp_path):
+    """A fresh broker whose `scored` holds GROUPS real groups; yields (bootstrap, policy dir)."""
+    broker = Broker(tmp_path / "kafka")
+    bootstrap = broker.start()
+    try:
+        ensure_topics(bootstrap)
+        policy = warm_started_policy(tmp_path / "policy0")
+        producer = Producer(bootstrap, "test")
+        for g in scored_groups(policy):
+            producer.send(SCORED, g.group_id, g)
+        producer.flush()
+        yield bootstrap, policy
+    finally:
+        broker.stop()
+
+
 def final_checkpoint(run_dir, version: int | None = None) -> tuple[dict, dict]:
     found = sorted((run_dir / "learner" / "checkpoints").glob("v*"))
     last = found[-1] if version is None else run_dir / "learner" / "checkpoints" / f"v{version:06d}"
@@ -68,79 +86,59 @@ def run_until_done(proc_factory, run_dir, timeout: float = 300, steps: int = GRO
         proc.stop()
 
 
-def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run(tmp_path):
-    broker = Broker(tmp_path / "kafka")
-    bootstrap = broker.start()
-    try:
-        ensure_topics(bootstrap)
-        policy = warm_started_policy(tmp_path / "policy0")
-        producer = Producer(bootstrap, "test")
-        for g in scored_groups(policy):
-            producer.send(SCORED, g.group_id, g)
-        producer.flush()
+def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run(tmp_path, filled_broker):
+    bootstrap, policy = filled_broker
+    calm = tmp_path / "calm"
+    run_until_done(lambda: launch("learner", calm, bootstrap, learner_args(policy, "learner-calm")), calm)
 
-        calm = tmp_path / "calm"
-        run_until_done(lambda: launch("learner", calm, bootstrap, learner_args(policy, "learner-calm")), calm)
+    crashy = tmp_path / "crashy"
+    rng = random.Random(7)
+    partial = []
+    for _ in range(4):
+        proc = launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"), replica=1)
+        time.sleep(rng.uniform(0.2, 1.2))
+        proc.kill()  # SIGKILL: no shutdown path runs
+        proc.proc.wait()
+        states = sorted((crashy / "learner" / "checkpoints").glob("v*/learner_state.json"))
+        partial.append(json.loads(states[-1].read_text())["version"] if states else 0)
+    run_until_done(lambda: launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"),
+                                  replica=1), crashy)
+    print("versions after each kill:", partial)
+    assert any(0 < v < GROUPS // BATCH for v in partial), partial  # killed mid-run, not before or after
 
-        crashy = tmp_path / "crashy"
-        rng = random.Random(7)
-        partial = []
-        for _ in range(4):
-            proc = launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"), replica=1)
-            time.sleep(rng.uniform(0.2, 1.2))
-            proc.kill()  # SIGKILL: no shutdown path runs
-            proc.proc.wait()
-            states = sorted((crashy / "learner" / "checkpoints").glob("v*/learner_state.json"))
-            partial.append(json.loads(states[-1].read_text())["version"] if states else 0)
-        run_until_done(lambda: launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"),
-                                      replica=1), crashy)
-        print("versions after each kill:", partial)
-        assert any(0 < v < GROUPS // BATCH for v in partial), partial  # killed mid-run, not before or after
-
-        calm_weights, calm_state = final_checkpoint(calm)
-        crashy_weights, crashy_state = final_checkpoint(crashy)
-        applied = [gid for step in crashy_state["applied_groups"] for gid in step]
-        assert sorted(applied) == sorted(f"g{i}" for i in range(GROUPS))  # each group once, none lost
-        assert crashy_state["applied_groups"] == calm_state["applied_groups"]
-        assert calm_weights.keys() == crashy_weights.keys()
-        for name in calm_weights:
-            assert torch.equal(calm_weights[name], crashy_weights[name]), name
-    finally:
-        broker.stop()
+    calm_weights, calm_state = final_checkpoint(calm)
+    crashy_weights, crashy_state = final_checkpoint(crashy)
+    applied = [gid for step in crashy_state["applied_groups"] for gid in step]
+    assert sorted(applied) == sorted(f"g{i}" for i in range(GROUPS))  # each group once, none lost
+    assert crashy_state["applied_groups"] == calm_state["applied_groups"]
+    assert calm_weights.keys() == crashy_weights.keys()
+    for name in calm_weights:
+        assert torch.equal(calm_weights[name], crashy_weights[name]), name
 
 
-def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path):
+def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_broker):
     """`torchrun --nproc-per-node 2 -m svc_learner`: rank 0 consumes and broadcasts, both ranks
-    train (DDP over gloo); the result equals the single-process learner's on the same groups."""
+    train (DDP over gloo); same groups per step, and the weights of one update agree with the
+    single-process learner's (the exact-gradient check is tests/learner/test_learner_distributed.py)."""
     from m1flow.launcher import torchrun
 
-    broker = Broker(tmp_path / "kafka")
-    bootstrap = broker.start()
-    try:
-        ensure_topics(bootstrap)
-        policy = warm_started_policy(tmp_path / "policy0")
-        producer = Producer(bootstrap, "test")
-        for g in scored_groups(policy)[: 4 * BATCH]:
-            producer.send(SCORED, g.group_id, g)
-        producer.flush()
-        steps, MB = 1, 1  # one update: later ones compound the sign flips described below
-        one, two = tmp_path / "one", tmp_path / "two"
-        run_until_done(lambda: launch("learner", one, bootstrap, learner_args(policy, "one", MB)), one, steps=steps)
-        run_until_done(lambda: launch("learner", two, bootstrap, learner_args(policy, "two", MB),
-                                      entry=torchrun("learner", 2)), two, steps=steps)
-        w1, s1 = final_checkpoint(one, steps)
-        w2, s2 = final_checkpoint(two, steps)
-        assert s1["applied_groups"] == s2["applied_groups"] and s2["version"] == steps
-        # AdamW with eps 1e-15 takes a sign-like first step, so a parameter whose true gradient is
-        # ~0 moves +lr in one run and -lr in the other when float summation order differs (one
-        # process vs an all-reduce of two). Everything else must agree to 1e-6.
-        lr, updates = 3e-4, steps * MB
-        differing = total = 0
-        for name in w1:
-            diff = (w1[name] - w2[name]).abs()
-            assert diff.max() <= 2 * lr * updates + 1e-6, name
-            differing += int((diff > 1e-6).sum())
-            total += diff.numel()
-        assert differing <= 1e-4 * total, f"{differing} of {total} weights differ"
-    finally:
-        broker.stop()
+    bootstrap, policy = filled_broker
+    steps, minibatches = 1, 1  # one update: later ones compound the sign flips described below
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_until_done(lambda: launch("learner", one, bootstrap, learner_args(policy, "one", minibatches)), one, steps=steps)
+    run_until_done(lambda: launch("learner", two, bootstrap, learner_args(policy, "two", minibatches),
+                                  entry=torchrun("learner", 2)), two, steps=steps)
+    w1, s1 = final_checkpoint(one, steps)
+    w2, s2 = final_checkpoint(two, steps)
+    assert s1["applied_groups"] == s2["applied_groups"] and s2["version"] == steps
+    # AdamW with eps 1e-15 takes a sign-like first step, so a parameter whose true gradient is
+    # ~0 moves +lr in one run and -lr in the other when float summation order differs (one
+    # process vs an all-reduce of two). Everything else must agree to 1e-6.
+    lr, updates = 3e-4, steps * minibatches
+    differing = total = 0
+    for name in w1:
+        diff = (w1[name] - w2[name]).abs()
+        assert diff.max() <= 2 * lr * updates + 1e-6, name
+        differing += int((diff > 1e-6).sum())
+        total += diff.numel()
+    assert differing <= 1e-4 * total, f"{differing} of {total} weights differ"

@@ -87,3 +87,12 @@ def test_pack_sequences_aligns_logprobs_with_their_tokens():
     assert ids.tolist() == [[5, 6, 1, 2, 3], [7, 4, 9, 9, 9]]
     assert mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
     torch.testing.assert_close(logp, torch.tensor([[0, 0, -0.1, -0.2, -0.3], [0, -0.4, 0, 0, 0]]))
+
+
+def test_minibatches_shrink_so_every_rank_gets_samples():
+    from svc_learner.update import Ranks, minibatch_indices
+
+    assert [i.tolist() for i in minibatch_indices(5, 4, Ranks())] == [[0, 1], [2], [3], [4]]
+    shares = [minibatch_indices(3, 2, Ranks(rank=r, world=2)) for r in range(2)]
+    assert [[i.tolist() for i in s] for s in shares] == [[[0, 2]], [[1]]]  # one minibatch of all 3
+    assert minibatch_indices(1, 4, Ranks(rank=0, world=2)) == []
