@@ -65,3 +65,47 @@ def test_timed_out_group_is_scored_incomplete():
     (group,) = buffer.expired(timeout_s=-1)
     scored = score_group(group, ScorerRegistry(), RewardConfig())
     assert scored.incomplete and len(scored.samples) == 2 and scored.group_size == 3
+
+
+class RecordingContext:
+    """Stands in for the bus Context: records what the handler emits and releases."""
+
+    def __init__(self) -> None:
+        self.emitted: list[events.ScoredGroup] = []
+        self.released: list[Record] = []
+
+    def hold(self, record: Record) -> None:
+        pass
+
+    def emit(self, topic, key, message) -> None:  # noqa: ANN001
+        self.emitted.append(message)
+
+    def release(self, records: list[Record]) -> None:
+        self.released += records
+
+
+def test_a_slow_verifier_does_not_stall_other_groups():
+    import threading
+    import time
+
+    from svc_reward.result import ScoreResult
+    from svc_reward.service import GroupHandler
+
+    gate = threading.Event()
+    registry = ScorerRegistry()
+    registry.register("slow", lambda response, spec: (gate.wait(30), ScoreResult.scored(True))[1])
+    handler = GroupHandler(registry, RewardConfig(scoring_threads=2))
+    ctx = RecordingContext()
+    slow = rollout("slow", 0, 1, "5")
+    slow.verifier.kind = "slow"
+    handler.handle(slow, rec(0), ctx)
+    handler.handle(rollout("fast", 0, 1, "5"), rec(1), ctx)
+    deadline = time.monotonic() + 10
+    while not ctx.emitted and time.monotonic() < deadline:
+        handler.tick(ctx)
+        time.sleep(0.05)
+    assert [g.group_id for g in ctx.emitted] == ["fast"]  # scored while the slow one still runs
+    assert ctx.released == [rec(1)]  # and only its record may be committed
+    gate.set()
+    handler.drain(ctx)
+    assert [g.group_id for g in ctx.emitted] == ["fast", "slow"]
