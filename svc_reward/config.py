@@ -19,7 +19,6 @@ class RewardConfig(ServiceConfig):
     overlong_buffer_frac: float = Field(0.25, description="soft overlong buffer as a fraction of the window")
     scoring_threads: int = Field(4, description="concurrent scoring jobs (slow sandbox calls overlap)")
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
-    verify_timeout_s: float = 10.0
     genrm_judge: JudgeBackend = Field(
         "", description="GenRM judge: openai (an HTTP endpoint), native (a checkpoint), or the heuristic "
                         "length/quality judges for tests and CPU demos; empty: genrm tasks are not scored")

@@ -17,7 +17,6 @@ class SandboxConfig(ServiceConfig):
     """svc_sandbox: Docker where an engine answers, else the local bubblewrap jail."""
 
     backend: str = Field("auto", description="auto, docker or jail")
-    workers: int = Field(4, description="concurrent runs")
 
 
 class SandboxGrpc(rpc_grpc.SandboxServiceServicer):

@@ -26,6 +26,7 @@ class ServiceConfig(BaseModel):
     ready_dir: Path | None = Field(None, description="where the readiness file goes; default run_dir/ready")
     grpc_host: str = Field("127.0.0.1", description="address gRPC binds (0.0.0.0 in containers)")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
+    grpc_workers: int = Field(4, description="threads serving gRPC calls (the sandbox's concurrent runs)")
     metrics_host: str = Field("127.0.0.1", description="address /metrics binds")
     metrics_port: int = Field(0, description="Prometheus /metrics port; 0 picks a free one; -1 disables")
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")

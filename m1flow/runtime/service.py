@@ -74,7 +74,8 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
     if cls.uses_kafka:
         ensure_topics(config.bootstrap, suffix=config.output_suffix)
-    server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port)
+    server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
+                                                            config.grpc_workers)
     names = service.register(server)
     server.start()
     metrics_port = health.metrics_server(config.metrics_host, config.metrics_port)
