@@ -119,6 +119,8 @@ def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
         box = [None]
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
+            dist.barrier()  # leave together: gloo aborts when a peer tears down mid-conversation
+            dist.destroy_process_group()
             break
         blobs, version = box[0]
         groups = []
@@ -199,4 +201,8 @@ class LearnerService(Service):
     def shutdown(self) -> None:
         self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
         if self.ranks.world > 1:
+            import torch.distributed as dist
+
             broadcast_batch(None)
+            dist.barrier()
+            dist.destroy_process_group()

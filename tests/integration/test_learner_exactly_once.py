@@ -37,7 +37,7 @@ def scored_groups(policy) -> list[events.ScoredGroup]:
         g = events.ScoredGroup(header=codec.header("test", message_id=f"s{i}"), group_id=f"g{i}")
         for c, r, a in zip(comps, rewards, group_advantages(rewards)):
             g.samples.add(prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs, reward=r,
-                          advantage=a, status="ok")
+                          advantage=a, status="ok", policy_version=i // BATCH)  # fresh when trained
         g.dropped = len(set(rewards)) == 1
         out.append(g)
     return out

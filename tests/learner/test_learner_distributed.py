@@ -37,7 +37,9 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
     stats = train_on_batch_distributed(scorer, make_optimizer(model.parameters(), CFG.lr), batch, CFG, 0, ranks)
     grads = {name: p.grad for name, p in model.named_parameters()}  # of the last minibatch
     torch.save({"params": model.state_dict(), "grads": grads, "stats": stats}, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()  # both ranks done talking before gloo tears down
     dist.destroy_process_group()
+    os._exit(0)  # gloo's threads can abort interpreter shutdown ("terminate called ..."); results are saved
 
 
 @pytest.mark.timeout(240)
