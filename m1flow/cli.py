@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -82,9 +83,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     stops = prepare_replay(bootstrap, args.topic, args.group, args.from_, args.to)
     suffix = args.output_suffix if args.output_suffix is not None else args.group
     print(f"replaying {args.topic} {args.from_}..{args.to or 'end'} into group {args.group}"
-          f" ({args.service}); outputs go to '<topic>.{suffix}'" if suffix else "")
-    import json
-
+          f" ({args.service}); outputs go to " + (f"'<topic>.{suffix}'" if suffix else "the live topics"))
     proc = launch(args.service, args.run_dir, bootstrap, replica=900 + os.getpid() % 100, args=[
         "--group-id", args.group, "--stop-offsets", json.dumps(stops), "--output-suffix", suffix,
         *args.service_args])

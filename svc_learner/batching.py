@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from m1flow.contracts import events
+from m1flow.verdicts import INFRA_FAILURE_STATUSES
 from svc_learner.update import Batch, pack_sequences
 
-INFRA_FAILURES = {"timeout", "sandbox_error", "judge_error"}
 
 
 def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
@@ -18,7 +18,7 @@ def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
     rows = []
     for gi, group in enumerate(groups):
         for s in group.samples:
-            if s.status in INFRA_FAILURES or not s.token_ids:
+            if s.status in INFRA_FAILURE_STATUSES or not s.token_ids:
                 continue
             rows.append((gi, group.dropped, s))
     if not rows:
@@ -36,7 +36,7 @@ def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
 
 def group_stats(groups: list[events.ScoredGroup]) -> dict[str, float]:
     """Reward, accuracy and length of the samples a batch was made of, for metrics and the monitor."""
-    samples = [s for g in groups for s in g.samples if s.status not in INFRA_FAILURES]
+    samples = [s for g in groups for s in g.samples if s.status not in INFRA_FAILURE_STATUSES]
     if not samples:
         return {}
     judged = [s for s in samples if s.HasField("correct")]

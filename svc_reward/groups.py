@@ -97,13 +97,19 @@ def score_group(group: PendingGroup, registry: ScorerRegistry, cfg: RewardConfig
         incomplete=not group.complete, group_size=group.group_size,
         source_offsets=sorted({rec.position for rec in group.records}))
     for rollout, res, adv in zip(rollouts, results, advantages):
-        sample = scored.samples.add(
-            rollout_id=rollout.rollout_id, index=rollout.index, reward=res.reward, status=res.status.value,
-            parts=events.RewardParts(correctness=res.parts.correctness, format=res.parts.format,
-                                     length_penalty=res.parts.length_penalty, genrm=res.parts.genrm),
-            advantage=adv, detail=res.detail, policy_version=rollout.policy_version,
-            prompt_token_ids=rollout.prompt_token_ids, token_ids=rollout.token_ids,
-            logprobs=rollout.logprobs, finish_reason=rollout.finish_reason)
-        if res.correct is not None:
-            sample.correct = res.correct
+        scored.samples.add(
+            rollout_id=rollout.rollout_id, index=rollout.index, advantage=adv, **verdict_fields(res),
+            policy_version=rollout.policy_version, prompt_token_ids=rollout.prompt_token_ids,
+            token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason)
     return scored
+
+
+def verdict_fields(res: ScoreResult) -> dict:
+    """reward, correct (when known), status, parts and detail: the fields ScoredSample and
+    ScoreReply share, filled from one ScoreResult."""
+    fields = {"reward": res.reward, "status": res.status.value, "detail": res.detail,
+              "parts": events.RewardParts(correctness=res.parts.correctness, format=res.parts.format,
+                                          length_penalty=res.parts.length_penalty, genrm=res.parts.genrm)}
+    if res.correct is not None:
+        fields["correct"] = res.correct
+    return fields

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from m1flow.verdicts import INFRA_FAILURE_STATUSES
+
 
 class Status(str, Enum):
     OK = "ok"
@@ -20,7 +22,7 @@ class Status(str, Enum):
     @property
     def is_infra_failure(self) -> bool:
         """True when the score says nothing about the sample, only about our infrastructure."""
-        return self in (Status.TIMEOUT, Status.SANDBOX_ERROR, Status.JUDGE_ERROR)
+        return self.value in INFRA_FAILURE_STATUSES
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
 from svc_reward.config import RewardConfig
-from svc_reward.groups import GroupBuffer, PendingGroup, score_group
+from svc_reward.groups import GroupBuffer, PendingGroup, score_group, verdict_fields
 from svc_reward.scorers import GenRMKind, ScorerRegistry
 
 log = logging.getLogger(__name__)
@@ -127,15 +127,7 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
         self.registry = registry
 
     def Score(self, request: rpc.ScoreRequest, context: grpc.ServicerContext) -> rpc.ScoreReply:  # noqa: N802
-        res = self.registry.score(request.response, request.verifier)
-        reply = rpc.ScoreReply(reward=res.reward, status=res.status.value, detail=res.detail,
-                               parts=events.RewardParts(correctness=res.parts.correctness,
-                                                        format=res.parts.format,
-                                                        length_penalty=res.parts.length_penalty,
-                                                        genrm=res.parts.genrm))
-        if res.correct is not None:
-            reply.correct = res.correct
-        return reply
+        return rpc.ScoreReply(**verdict_fields(self.registry.score(request.response, request.verifier)))
 
 
 class RewardService(Service):

@@ -72,7 +72,3 @@ def decode(data: bytes | None, message_type: type[Message]) -> Message:
 def to_json(message: Message) -> dict:
     """A JSON-ready dict of a message, for dumps and logs (bytes fields become base64)."""
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
-def from_json(data: dict, message_type: type[Message]) -> Message:
-    return json_format.ParseDict(data, message_type())

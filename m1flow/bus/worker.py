@@ -29,6 +29,10 @@ from m1flow.contracts import events
 log = logging.getLogger(__name__)
 
 
+def _key(record: Record) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset
+
+
 class Context:
     """What a handler may do: emit events, hold records until their outputs exist, report metrics."""
 
@@ -44,12 +48,19 @@ class Context:
 
     def hold(self, record: Record) -> None:
         """Keep `record` uncommitted after handle() returns, until release()."""
-        self._held.add((record.topic, record.partition, record.offset))
+        self._held.add(_key(record))
+
+    def holds(self, record: Record) -> bool:
+        return _key(record) in self._held
+
+    def drop_hold(self, record: Record) -> None:
+        """Forget a hold without committing (the record is dead-lettered instead)."""
+        self._held.discard(_key(record))
 
     def release(self, records: list[Record]) -> None:
         """The outputs of these records have been emitted: they may be committed after the next flush."""
         for rec in records:
-            self._held.discard((rec.topic, rec.partition, rec.offset))
+            self._held.discard(_key(rec))
             self._worker.tracker.done(rec.topic, rec.partition, rec.offset)
 
     def metric(self, name: str, value: float, step: int = 0, **labels: str) -> None:
@@ -196,16 +207,15 @@ class StreamWorker:
             self.stats["duplicates"] += 1
             self.tracker.done(record.topic, record.partition, record.offset)
             return
-        key = (record.topic, record.partition, record.offset)
         try:
             self.handler.handle(message, record, self.ctx)
             self.stats["handled"] += 1
         except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
             log.warning("handler failed on %s: %s", record.position, exc)
-            self.ctx._held.discard(key)
+            self.ctx.drop_hold(record)
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
             return
-        if key not in self.ctx._held:
+        if not self.ctx.holds(record):
             self.tracker.done(record.topic, record.partition, record.offset)
 
     def dead_letter(self, record: Record, error: str) -> None:
