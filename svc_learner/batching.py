@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from m1flow.contracts import events
+from m1flow.group_totals import GroupTotals
 from m1flow.verdicts import INFRA_FAILURE_STATUSES
 from svc_learner.update import Batch, pack_sequences
-
 
 
 def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
@@ -36,13 +36,4 @@ def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
 
 def group_stats(groups: list[events.ScoredGroup]) -> dict[str, float]:
     """Reward, accuracy and length of the samples a batch was made of, for metrics and the monitor."""
-    samples = [s for g in groups for s in g.samples if s.status not in INFRA_FAILURE_STATUSES]
-    if not samples:
-        return {}
-    judged = [s for s in samples if s.HasField("correct")]
-    return {
-        "reward_mean": sum(s.reward for s in samples) / len(samples),
-        "accuracy": sum(s.correct for s in judged) / max(1, len(judged)),
-        "length_mean": sum(len(s.token_ids) for s in samples) / len(samples),
-        "groups_dropped": float(sum(g.dropped for g in groups)),
-    }
+    return GroupTotals.of(groups).means()

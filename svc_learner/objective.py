@@ -88,6 +88,58 @@ def trust_region_mask(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: floa
     return (~drop).float()
 
 
+def surrogate_weights(ratio: Tensor, adv: Tensor, algo: str, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """(w, M) of the unified form for each token: the IS weight and the token mask."""
+    if algo == "cispo":
+        return ratio.clamp(min=1 - eps_low, max=1 + eps_high), torch.ones_like(ratio)
+    return ratio, trust_region_mask(ratio, adv, eps_low, eps_high)
+
+
+@dataclass(frozen=True)
+class TokenObjective:
+    """Everything the loss needs per token besides log pi: loss = -sum(coefficients(log pi) * log pi).
+
+    The tensors share one shape (a [N, T] batch, or the flat list of its trained tokens); the
+    coefficient of a token is token weight x sg(w) x A x M, which depends on log pi only through
+    the detached ratio. The fused LM-head loss evaluates it chunk by chunk.
+    """
+
+    old_logp: Tensor
+    advantages: Tensor
+    token_weight: Tensor
+    algo: str
+    eps_low: float
+    eps_high: float
+
+    @classmethod
+    def build(cls, old_logp: Tensor, advantages: Tensor, mask: Tensor, algo: Algo = "cispo",
+              eps_low: float | None = None, eps_high: float | None = None, norm: Norm = "token",
+              totals: Totals | None = None) -> TokenObjective:
+        """From [N, T] old log-probs and mask and [N] or [N, T] advantages; None eps: DEFAULT_EPS[algo]."""
+        if algo not in DEFAULT_EPS:
+            raise ValueError(f"unknown algo {algo!r}")
+        adv = (advantages[:, None] if advantages.dim() == 1 else advantages).float().expand_as(mask)
+        return cls(old_logp.float(), adv, token_weights(mask, norm, totals), algo,
+                   *resolve_eps(algo, eps_low, eps_high))
+
+    def select(self, index: Tensor) -> TokenObjective:
+        """The objective of the tokens picked by index (a boolean mask or indices), flattened."""
+        return TokenObjective(self.old_logp[index], self.advantages[index], self.token_weight[index],
+                              self.algo, self.eps_low, self.eps_high)
+
+    def coefficients(self, logp: Tensor, start: int = 0, end: int | None = None) -> Tensor:
+        """Coefficients of tokens start..end (of a flat objective) given their current log-probs."""
+        rows = slice(start, end)
+        ratio = torch.exp(logp.detach() - self.old_logp[rows])
+        adv = self.advantages[rows]
+        weight, keep = surrogate_weights(ratio, adv, self.algo, self.eps_low, self.eps_high)
+        return self.token_weight[rows] * weight * adv * keep
+
+    def loss(self, logp: Tensor) -> Tensor:
+        """The loss for log-probs shaped like this objective's tensors (gradient flows through logp)."""
+        return -(self.coefficients(logp) * logp).sum()
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -105,30 +157,24 @@ def policy_loss(
     logp carries the gradient; old_logp is the behaviour policy's log-prob; mask is 1 on trained
     tokens; advantages is [N] (one per response) or [N, T]. Eps left as None take DEFAULT_EPS[algo].
     """
-    if algo not in DEFAULT_EPS:
-        raise ValueError(f"unknown algo {algo!r}")
-    low, high = resolve_eps(algo, eps_low, eps_high)
-    mask = mask.float()
-    adv = (advantages[:, None] if advantages.dim() == 1 else advantages).float().expand_as(logp)
-    ratio = torch.exp(logp.detach() - old_logp)
-    if algo == "cispo":
-        weight = ratio.clamp(min=1 - low, max=1 + high)
-        keep = torch.ones_like(ratio)
-    else:
-        weight = ratio
-        keep = trust_region_mask(ratio, adv, low, high)
-    token_w = token_weights(mask, norm, totals)
-    loss = -(token_w * weight * adv * keep * logp).sum()
+    objective = TokenObjective.build(old_logp, advantages, mask, algo, eps_low, eps_high, norm, totals)
+    return objective.loss(logp), policy_stats(logp, objective, mask, entropy)
 
+
+def policy_stats(logp: Tensor, objective: TokenObjective, mask: Tensor, entropy: Tensor | None = None) -> dict[str, Tensor]:
+    """Clipped fractions, mean ratio, PPO-masked fraction, entropy and token count over the masked tokens."""
+    ratio = torch.exp(logp.detach() - objective.old_logp)
+    _, keep = surrogate_weights(ratio, objective.advantages, objective.algo, objective.eps_low, objective.eps_high)
+    mask = mask.float()
     valid = mask > 0
     n = valid.sum().clamp(min=1)
     stats = {
         "num_tokens": valid.sum().float(),
-        "clip_high_frac": ((ratio > 1 + high) & valid).sum() / n,
-        "clip_low_frac": ((ratio < 1 - low) & valid).sum() / n,
+        "clip_high_frac": ((ratio > 1 + objective.eps_high) & valid).sum() / n,
+        "clip_low_frac": ((ratio < 1 - objective.eps_low) & valid).sum() / n,
         "masked_frac": ((keep == 0) & valid).sum() / n,
         "ratio_mean": (ratio * mask).sum() / n,
     }
     if entropy is not None:
         stats["entropy"] = (entropy.detach() * mask).sum() / n
-    return loss, stats
+    return stats

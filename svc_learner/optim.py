@@ -15,8 +15,11 @@ BETAS = (0.9, 0.95)
 EPS = 1e-15
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
+def make_optimizer(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 0.0,
+                   eps: float = EPS) -> torch.optim.AdamW:
+    """AdamW with the report's betas. With eps = 1e-15 the first steps are nearly sign(grad) x lr,
+    so a parameter whose gradient is float noise around 0 still moves by about lr."""
+    return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=eps, weight_decay=weight_decay)
 
 
 def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float | None) -> float:

@@ -20,6 +20,12 @@ HeadDtype = Literal["fp32", "bf16"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def cast_head(hidden: Tensor, weight: Tensor, head_dtype: HeadDtype = "fp32") -> tuple[Tensor, Tensor]:
+    """Hidden states and head weight in the precision the head matmul runs in (differentiable casts)."""
+    dtype = _DTYPES[head_dtype]
+    return hidden.to(dtype), weight.to(dtype)
+
+
 def head_logprobs(
     hidden: Tensor,
     weight: Tensor,
@@ -29,8 +35,7 @@ def head_logprobs(
     return_entropy: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Sampled-token log-probs with the head matmul run in head_dtype (inputs cast, logits fp32)."""
-    dtype = _DTYPES[head_dtype]
-    return token_logprobs(hidden.to(dtype), weight.to(dtype), targets, chunk_size, return_entropy)
+    return token_logprobs(*cast_head(hidden, weight, head_dtype), targets, chunk_size, return_entropy)
 
 
 def correlation_moments(train_logp: Tensor, infer_logp: Tensor, mask: Tensor) -> Tensor:

@@ -39,7 +39,7 @@ class Trainer:
         self.model = MiniMaxM1ForCausalLM.from_pretrained(source)
         self.model.train()
         self.tokenizer_json = (source / TOKENIZER_FILE).read_text()  # kept: old checkpoints rotate away
-        self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay)
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay, cfg.train.adam_eps)
         self.scorer = wrap_model(self.model, cfg.train, ranks)  # DDP under torchrun
         if found is not None:
             self.state = checkpoint.load_state(found)

@@ -12,15 +12,16 @@ state at position t - 1 predicts it.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from .objective import Algo, Norm, Totals, policy_loss
-from .optim import clip_gradients
-from .precision import HeadDtype, correlation_moments, head_logprobs, pearson_from_moments
+from .logprobs import fused_head_loss
+from .objective import Algo, Norm, TokenObjective, Totals, policy_stats
+from .optim import EPS, clip_gradients
+from .precision import HeadDtype, cast_head, correlation_moments, head_logprobs, pearson_from_moments
 
 
 class LearnerConfig(BaseModel):
@@ -28,6 +29,7 @@ class LearnerConfig(BaseModel):
 
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = 0.0
+    adam_eps: float = Field(EPS, gt=0, description="AdamW eps (report: 1e-15; see svc_learner.optim)")
     minibatches: int = Field(4, ge=1, description="off-policy updates per batch (report: 16)")
     algo: Algo = "cispo"
     eps_low: float | None = Field(None, description="None: objective.DEFAULT_EPS[algo]")
@@ -38,6 +40,8 @@ class LearnerConfig(BaseModel):
     old_logp_source: Literal["rollout", "recompute"] = "rollout"
     head_dtype: HeadDtype = "fp32"
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
+    fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
+                             "(3 head matmuls instead of 4); False: log-probs first, then the loss")
 
 
 @dataclass
@@ -85,25 +89,42 @@ class Ranks:
         return x
 
 
+class ScoredTokens(NamedTuple):
+    """[N, T] log-probs and entropies aligned with input_ids (0 off the response), and the loss if asked."""
+
+    logp: Tensor
+    entropy: Tensor
+    loss: Tensor | None
+
+
 class SequenceLogprobs(nn.Module):
     """Wraps a model exposing hidden_states(input_ids) and lm_head.weight into [N, T] token log-probs.
 
-    An nn.Module so that DistributedDataParallel can wrap the whole computation.
+    Given a TokenObjective it also returns the loss, through the fused head when `fused` (the
+    gradient is then formed chunk by chunk in the forward pass). An nn.Module so that
+    DistributedDataParallel can wrap the whole computation.
     """
 
-    def __init__(self, model: nn.Module, head_dtype: HeadDtype = "fp32", chunk_size: int | None = None):
+    def __init__(self, model: nn.Module, head_dtype: HeadDtype = "fp32", chunk_size: int | None = None,
+                 fused: bool = True):
         super().__init__()
         self.model = model
         self.head_dtype = head_dtype
         self.chunk_size = chunk_size
+        self.fused = fused
 
-    def forward(self, input_ids: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """(log-prob, entropy) of each response token, aligned with input_ids, 0 elsewhere."""
+    def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None) -> ScoredTokens:
         hidden = self.model.hidden_states(input_ids)[:, :-1]
         sel = response_mask[:, 1:].bool()
-        logp, entropy = head_logprobs(hidden[sel], self.model.lm_head.weight, input_ids[:, 1:][sel],
-                                      self.head_dtype, self.chunk_size, return_entropy=True)
-        return _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
+        weight, targets = self.model.lm_head.weight, input_ids[:, 1:][sel]
+        if objective is not None and self.fused:
+            flat = objective.select(torch.cat([torch.zeros_like(sel[:, :1]), sel], dim=1))
+            h, w = cast_head(hidden[sel], weight, self.head_dtype)
+            loss, logp, entropy = fused_head_loss(h, w, targets, flat.coefficients, self.chunk_size, return_entropy=True)
+            return ScoredTokens(_scatter_tokens(logp, sel), _scatter_tokens(entropy, sel), loss)
+        logp, entropy = head_logprobs(hidden[sel], weight, targets, self.head_dtype, self.chunk_size, return_entropy=True)
+        logp, entropy = _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
+        return ScoredTokens(logp, entropy, objective.loss(logp) if objective is not None else None)
 
 
 def _scatter_tokens(values: Tensor, sel: Tensor) -> Tensor:
@@ -182,10 +203,11 @@ def run_updates(
     for step, idx in enumerate(parts):
         mb = kept.select(idx)
         mask = trainable_mask(mb)
-        logp, entropy = scorer(mb.input_ids, mb.response_mask)
         counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
-        loss, mb_stats = policy_loss(logp, old_all[idx], mb.advantages, mask, cfg.algo, cfg.eps_low, cfg.eps_high,
-                                     cfg.norm, entropy=entropy, totals=Totals(float(counts[0]), float(counts[1])))
+        objective = TokenObjective.build(old_all[idx], mb.advantages, mask, cfg.algo, cfg.eps_low, cfg.eps_high,
+                                         cfg.norm, Totals(float(counts[0]), float(counts[1])))
+        logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective)
+        mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
         optimizer.zero_grad(set_to_none=True)
@@ -225,5 +247,5 @@ def train_on_batch(
     current_version: int,
 ) -> dict[str, float]:
     """Filter the batch, optionally recompute old log-probs, run cfg.minibatches updates; return stats."""
-    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk)
+    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
     return run_updates(scorer, optimizer, batch, cfg, current_version)

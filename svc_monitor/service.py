@@ -10,6 +10,7 @@ from pydantic import Field
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.topics import METRICS, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.group_totals import GroupTotals
 from m1flow.runtime.config import ServiceConfig
 from m1flow.runtime.service import Service
 from svc_monitor.store import GroupRow, Store
@@ -24,12 +25,11 @@ class MonitorConfig(ServiceConfig):
 
 
 def group_row(group: events.ScoredGroup) -> GroupRow:
-    judged = [s for s in group.samples if s.HasField("correct")]
+    totals = GroupTotals.of([group])
     versions = [s.policy_version for s in group.samples] or [group.header.trace.policy_version]
-    return GroupRow(group_id=group.group_id, policy_version=min(versions), samples=len(group.samples),
-                    reward_sum=sum(s.reward for s in group.samples), correct=sum(s.correct for s in judged),
-                    judged=len(judged), length_sum=sum(len(s.token_ids) for s in group.samples),
-                    dropped=int(group.dropped))
+    return GroupRow(group_id=group.group_id, policy_version=min(versions), samples=totals.samples,
+                    reward_sum=totals.reward_sum, correct=totals.correct, judged=totals.judged,
+                    length_sum=totals.length_sum, dropped=totals.dropped)
 
 
 class MonitorHandler(HandlerBase):

@@ -66,10 +66,10 @@ def final_checkpoint(run_dir, version: int | None = None) -> tuple[dict, dict]:
     return load_file(last / "model.safetensors"), json.loads((last / "learner_state.json").read_text())
 
 
-def learner_args(policy, group: str, minibatches: int = 4) -> list[str]:
+def learner_args(policy, group: str, minibatches: int = 4, **train) -> list[str]:
     return ["--init-checkpoint", str(policy), "--batch-groups", str(BATCH), "--group-id", group,
             "--keep-checkpoints", "100",
-            "--train", json.dumps({"lr": 3e-4, "minibatches": minibatches})]
+            "--train", json.dumps({"lr": 3e-4, "minibatches": minibatches, **train})]
 
 
 def run_until_done(proc_factory, run_dir, timeout: float = 300, steps: int = GROUPS // BATCH) -> None:
@@ -118,27 +118,30 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
 
 def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_broker):
     """`torchrun --nproc-per-node 2 -m svc_learner`: rank 0 consumes and broadcasts, both ranks
-    train (DDP over gloo); same groups per step, and the weights of one update agree with the
-    single-process learner's (the exact-gradient check is tests/learner/test_learner_distributed.py)."""
+    train (DDP over gloo); same groups per step, and after 2 steps x 2 updates the weights agree
+    with the single-process learner's (one update within 1e-6 and the exact gradients are checked
+    in tests/learner/test_learner_distributed.py)."""
     from m1flow.launcher import torchrun
 
     bootstrap, policy = filled_broker
-    steps, minibatches = 1, 1  # one update: later ones compound the sign flips described below
+    # AdamW with eps 1e-15 takes a sign-like step, so a parameter whose true gradient is ~0 would
+    # move +lr in one run and -lr in the other when float summation order differs (one process vs
+    # an all-reduce of two). eps 1e-8 keeps such float noise from being amplified into whole steps;
+    # what is left after 4 updates is below 1% of the distance a weight can move (measured: at most
+    # 2.4e-6, on 4 of 1M weights; all others within 1e-6).
+    steps, lr = 2, 3e-4
+    train = {"lr": lr, "minibatches": 2, "adam_eps": 1e-8}
+    tol = 0.01 * lr * steps * train["minibatches"]
     one, two = tmp_path / "one", tmp_path / "two"
-    run_until_done(lambda: launch("learner", one, bootstrap, learner_args(policy, "one", minibatches)), one, steps=steps)
-    run_until_done(lambda: launch("learner", two, bootstrap, learner_args(policy, "two", minibatches),
+    run_until_done(lambda: launch("learner", one, bootstrap, learner_args(policy, "one", **train)), one, steps=steps)
+    run_until_done(lambda: launch("learner", two, bootstrap, learner_args(policy, "two", **train),
                                   entry=torchrun("learner", 2)), two, steps=steps)
     w1, s1 = final_checkpoint(one, steps)
     w2, s2 = final_checkpoint(two, steps)
+    start = load_file(policy / "model.safetensors")
     assert s1["applied_groups"] == s2["applied_groups"] and s2["version"] == steps
-    # AdamW with eps 1e-15 takes a sign-like first step, so a parameter whose true gradient is
-    # ~0 moves +lr in one run and -lr in the other when float summation order differs (one
-    # process vs an all-reduce of two). Everything else must agree to 1e-6.
-    lr, updates = 3e-4, steps * minibatches
-    differing = total = 0
+    assert w1.keys() == w2.keys()
+    moved = sum(int((w1[name] != start[name]).sum()) for name in w1)
+    assert moved > 0.5 * sum(w.numel() for w in w1.values())  # the updates did train the model
     for name in w1:
-        diff = (w1[name] - w2[name]).abs()
-        assert diff.max() <= 2 * lr * updates + 1e-6, name
-        differing += int((diff > 1e-6).sum())
-        total += diff.numel()
-    assert differing <= 1e-4 * total, f"{differing} of {total} weights differ"
+        torch.testing.assert_close(w2[name], w1[name], rtol=0, atol=tol, msg=name)

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 from learner_fixtures import TinyLM, make_batch
@@ -96,3 +98,23 @@ def test_minibatches_shrink_so_every_rank_gets_samples():
     shares = [minibatch_indices(3, 2, Ranks(rank=r, world=2)) for r in range(2)]
     assert [[i.tolist() for i in s] for s in shares] == [[[0, 2]], [[1]]]  # one minibatch of all 3
     assert minibatch_indices(1, 4, Ranks(rank=0, world=2)) == []
+
+
+@pytest.mark.parametrize("algo", ["cispo", "grpo"])
+def test_fused_head_loss_takes_the_same_steps_as_logprobs_then_loss(algo):
+    torch.manual_seed(0)
+    base = TinyLM()
+    batch = make_batch(base, n=8)
+    batch.rollout_logp = batch.rollout_logp + 0.5 * torch.randn_like(batch.rollout_logp)  # off-policy: clips fire
+    runs = []
+    for fused in (True, False):
+        model = copy.deepcopy(base)
+        cfg = LearnerConfig(algo=algo, lr=3e-3, minibatches=4, fused_loss=fused)
+        stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, current_version=0)
+        runs.append((model, stats))
+    (fused_model, fused_stats), (plain_model, plain_stats) = runs
+    assert fused_stats["clip_high_frac"] > 0 and fused_stats["updates"] == 4
+    for key in ("loss", "clip_high_frac", "masked_frac", "ratio_mean", "entropy", "grad_norm"):
+        assert fused_stats[key] == pytest.approx(plain_stats[key], rel=1e-5, abs=1e-7), key
+    for p, q in zip(fused_model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
