@@ -12,13 +12,14 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
-from m1flow.tasks.arith import problems
+from m1flow.tasks import arith, chain
 from m1flow.tokenizer import CharTokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -33,6 +34,7 @@ class WarmStartConfig(BaseModel):
     ops: str = "+-"
     label_noise: float = 0.5
     model_overrides: dict = {}
+    task: Literal["arith", "chain"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
 
 
 def encode_example(tok: CharTokenizer, prompt: str, answer: str) -> tuple[list[int], int]:
@@ -65,15 +67,24 @@ def noisy_answer(answer: str, rng: random.Random, noise: float) -> str:
     return str(int(answer) + rng.choice((-3, -2, -1, 1, 2, 3)))
 
 
+def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]:
+    """(prompt, noisy target response) for every SFT example of the chosen task, in training order."""
+    n, seed = cfg.steps * cfg.batch_size, 10_000 + cfg.seed
+    if cfg.task == "chain":
+        chains = chain.problems(seed=seed, n=n, max_operand=cfg.max_operand, prefix="sft")
+        rng.shuffle(chains)
+        return [(p.text, chain.noisy_solution(p, rng, cfg.label_noise)) for p in chains]
+    data = arith.problems(seed=seed, n=n, max_operand=cfg.max_operand, ops=cfg.ops, prefix="sft")
+    rng.shuffle(data)
+    return [(p.text, noisy_answer(p.answer, rng, cfg.label_noise)) for p in data]
+
+
 def supervised_finetune(model: MiniMaxM1ForCausalLM, tok: CharTokenizer, cfg: WarmStartConfig) -> list[float]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
-    data = problems(seed=10_000 + cfg.seed, n=cfg.steps * cfg.batch_size, max_operand=cfg.max_operand,
-                    ops=cfg.ops, prefix="sft")
-    rng.shuffle(data)
-    pairs = [(p.text, noisy_answer(p.answer, rng, cfg.label_noise)) for p in data]
+    pairs = sft_pairs(cfg, rng)
     model.train()
     for step in range(cfg.steps):
         inputs, targets = sft_step_batch(tok, pairs[step * cfg.batch_size : (step + 1) * cfg.batch_size])
@@ -102,9 +113,11 @@ def _cache_root() -> Path:
 
 
 def _key(cfg: WarmStartConfig) -> str:
-    sources = [Path(__file__), *sorted((Path(__file__).parent / "model").glob("*.py")),
+    sources = [Path(__file__), Path(__file__).parent / "tasks" / f"{cfg.task}.py",
+               *sorted((Path(__file__).parent / "model").glob("*.py")),
                *sorted((Path(__file__).parents[1] / "kernels" / "lightning_attn").glob("*.py"))]
-    digest = hashlib.sha256(cfg.model_dump_json().encode())
+    # the default task stays out of the hashed JSON: the arith config hashes as it did before `task`
+    digest = hashlib.sha256(cfg.model_dump_json(exclude={"task"} if cfg.task == "arith" else None).encode())
     for src in sources:
         digest.update(src.read_bytes())
     return digest.hexdigest()[:16]
