@@ -43,6 +43,19 @@ def init_distributed(backend: str | None = None) -> Ranks:
     return ProcessGroupRanks(rank=dist.get_rank(), world=dist.get_world_size())
 
 
+def share(payload: object = None) -> object:
+    """Rank 0's payload, on every rank: rank 0 passes it, the others call with nothing."""
+    box = [payload]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def leave() -> None:
+    """Leave the process group together: gloo aborts when a peer tears down mid-conversation."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
     """Strided share of a batch: samples rank, rank + world, ... (the layout the update uses)."""
     return batch.select(torch.arange(rank, len(batch), world))

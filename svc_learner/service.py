@@ -18,7 +18,7 @@ from svc_learner import checkpoint
 from svc_learner.batching import group_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.optim import make_optimizer
-from svc_learner.distributed import init_distributed, train_on_batch_distributed, wrap_model
+from svc_learner.distributed import init_distributed, leave, share, train_on_batch_distributed, wrap_model
 from svc_learner.update import Ranks
 
 log = logging.getLogger(__name__)
@@ -44,12 +44,11 @@ class Trainer:
         if found is not None:
             self.state = checkpoint.load_state(found)
             checkpoint.load_optimizer(found, self.optimizer)
-            self.current_dir, self.sha = found, checkpoint.weights_sha256(found)
             log.info("resumed from %s (version %s, offsets %s)", found, self.state.version, self.state.offsets)
         else:
             self.state = checkpoint.LearnerState()
-            if ranks.rank == 0:
-                self.current_dir, self.sha = self._save()
+        if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
+            self.current_dir, self.sha = (found, checkpoint.weights_sha256(found)) if found else self._save()
         self.applied = {gid for step in self.state.applied_groups for gid in step}
         self.last_stats: dict[str, float] = {}
         self.lock = threading.Lock()
@@ -61,17 +60,15 @@ class Trainer:
     def update(self, groups: list[events.ScoredGroup], version: int) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same groups."""
         batch = to_batch(groups, pad_id=self.model.config.pad_token_id or 0)
-        stats = dict(group_stats(groups))
-        if batch is not None:
-            stats.update(train_on_batch_distributed(self.scorer, self.optimizer, batch, self.cfg.train,
-                                                    version, self.ranks))
-        return stats
+        if batch is None:
+            return {}
+        return train_on_batch_distributed(self.scorer, self.optimizer, batch, self.cfg.train, version, self.ranks)
 
     def step(self, groups: list[events.ScoredGroup], offsets: dict[str, int]) -> dict[str, float]:
         """Train on one batch, then advance version and offsets together in one checkpoint (rank 0)."""
         if self.ranks.world > 1:
             broadcast_batch(groups, self.state.version)
-        stats = self.update(groups, self.state.version)
+        stats = {**group_stats(groups), **self.update(groups, self.state.version)}
         with self.lock:
             self.state.version += 1
             self.state.step += 1
@@ -104,31 +101,24 @@ def validate(group: events.ScoredGroup) -> None:
 
 def broadcast_batch(groups: list[events.ScoredGroup] | None, version: int = 0) -> None:
     """Rank 0 hands the batch (or None: stop) to the other torchrun ranks."""
-    import torch.distributed as dist
+    share(None if groups is None else ([g.SerializeToString() for g in groups], version))
 
-    payload = None if groups is None else ([g.SerializeToString() for g in groups], version)
-    dist.broadcast_object_list([payload], src=0)
+
+def receive_batch() -> tuple[list[events.ScoredGroup], int] | None:
+    """What broadcast_batch sent: (groups, policy version), or None when rank 0 stops."""
+    payload = share()
+    if payload is None:
+        return None
+    blobs, version = payload
+    return [events.ScoredGroup.FromString(blob) for blob in blobs], version
 
 
 def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
     """Ranks > 0 under torchrun: no Kafka, no ports; train on what rank 0 broadcasts until told to stop."""
-    import torch.distributed as dist
-
     trainer = Trainer(cfg, ranks)
-    while True:
-        box = [None]
-        dist.broadcast_object_list(box, src=0)
-        if box[0] is None:
-            dist.barrier()  # leave together: gloo aborts when a peer tears down mid-conversation
-            dist.destroy_process_group()
-            break
-        blobs, version = box[0]
-        groups = []
-        for blob in blobs:
-            group = events.ScoredGroup()
-            group.ParseFromString(blob)
-            groups.append(group)
-        trainer.update(groups, version)
+    while (batch := receive_batch()) is not None:
+        trainer.update(*batch)
+    leave()
     log.info("rank %s done", ranks.rank)
 
 
@@ -201,8 +191,5 @@ class LearnerService(Service):
     def shutdown(self) -> None:
         self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
         if self.ranks.world > 1:
-            import torch.distributed as dist
-
             broadcast_batch(None)
-            dist.barrier()
-            dist.destroy_process_group()
+            leave()

@@ -159,8 +159,11 @@ def drop_empty_grads(params: list[nn.Parameter]) -> None:
     Single-process autograd leaves its grad None; DDP fills it with zeros, and AdamW would still
     move it by its momentum. Treating all-zero grads as None makes both paths take the same step.
     """
-    for p in params:
-        if p.grad is not None and not p.grad.any():
+    live = [p for p in params if p.grad is not None]
+    if not live:
+        return
+    for p, reached in zip(live, torch.stack([p.grad.any() for p in live]).tolist()):  # one device sync
+        if not reached:
             p.grad = None
 
 
