@@ -116,8 +116,7 @@ def _key(cfg: WarmStartConfig) -> str:
     sources = [Path(__file__), Path(__file__).parent / "tasks" / f"{cfg.task}.py",
                *sorted((Path(__file__).parent / "model").glob("*.py")),
                *sorted((Path(__file__).parents[1] / "kernels" / "lightning_attn").glob("*.py"))]
-    # the default task stays out of the hashed JSON: the arith config hashes as it did before `task`
-    digest = hashlib.sha256(cfg.model_dump_json(exclude={"task"} if cfg.task == "arith" else None).encode())
+    digest = hashlib.sha256(cfg.model_dump_json().encode())
     for src in sources:
         digest.update(src.read_bytes())
     return digest.hexdigest()[:16]

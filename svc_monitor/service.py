@@ -75,7 +75,7 @@ class MonitorService(Service):
         return ["m1flow.v1.MonitorService"]
 
     def start(self) -> None:
-        self.stream = self.worker(MonitorHandler(self.store), max_records=256)
+        self.stream = self.worker(MonitorHandler(self.store))
 
     def shutdown(self) -> None:
         self.stream.close()

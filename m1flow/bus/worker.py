@@ -155,10 +155,13 @@ class StreamWorker:
                 self.consumer.seek(tp, offset)
 
     # ------------------------------------------------------------------ loop
-    def run(self, stop: threading.Event, idle: float = 0.0) -> None:
+    def run(self, stop: threading.Event) -> None:
+        """Step until stopped or, replaying, until the range is done."""
         while not stop.is_set():
-            if self.step() == 0 and idle:
-                time.sleep(idle)
+            self.step()
+            if self.finished:
+                log.info("replay range done")
+                return
 
     def step(self) -> int:
         """One cycle: poll, handle, tick, flush, commit. Returns the number of records polled."""
@@ -229,11 +232,10 @@ class StreamWorker:
         self.tracker.done(record.topic, record.partition, record.offset)
         log.warning("dead-lettered %s: %s", record.position, error.splitlines()[0])
 
-    def flush_and_commit(self, only: set[tuple[str, int]] | None = None) -> None:
+    def flush_and_commit(self) -> None:
         """Acknowledge all outputs, then commit what the tracker allows."""
         self.producer.flush()
-        offsets = {tp: off for tp, off in self.tracker.committable().items()
-                   if (only is None or tp in only) and self._last_committed.get(tp) != off}
+        offsets = {tp: off for tp, off in self.tracker.committable().items() if self._last_committed.get(tp) != off}
         if not offsets:
             return
         try:

@@ -52,11 +52,7 @@ class Service(ABC):
 
     def loop(self) -> None:
         """Run the stream worker until stopped (or, replaying, until the range is done)."""
-        while not self.stop.is_set():
-            self.stream.step()
-            if self.stream.finished:
-                log.info("replay range done")
-                break
+        self.stream.run(self.stop)
 
     def shutdown(self) -> None:
         """Finish or hand back in-flight work, commit, close."""
