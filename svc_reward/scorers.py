@@ -20,7 +20,7 @@ from svc_reward.config import RewardConfig
 from svc_reward.result import ScoreResult, Status
 
 if TYPE_CHECKING:
-    from svc_reward.genrm import CalibrationConfig, GenRMScorer, Judge, LengthCoefficients
+    from svc_reward.genrm import GenRMScorer, Judge, LengthCoefficients
     from svc_sandbox.client import SandboxClient
 
 log = logging.getLogger(__name__)
@@ -95,12 +95,12 @@ def build_judge(cfg: RewardConfig) -> Judge | None:
     if cfg.genrm_judge == "openai":
         return genrm.OpenAIJudge(cfg.genrm_openai)
     if cfg.genrm_judge == "native":
-        from m1flow.policy import load_policy, uri_for
+        from m1flow.policy import load_policy
 
         checkpoint = cfg.genrm_checkpoint
         if not checkpoint:
             raise ValueError("genrm_judge=native needs genrm_checkpoint")
-        model, tokenizer = load_policy(checkpoint if "://" in checkpoint else uri_for(checkpoint))
+        model, tokenizer = load_policy(checkpoint)
         return genrm.NativeJudge(model, tokenizer, config=cfg.genrm_native)
     return None
 
@@ -113,16 +113,15 @@ class GenRMKind:
     fixed answers instead of the group itself.
     """
 
-    def __init__(self, scorer: GenRMScorer, calibration: CalibrationConfig | None = None) -> None:
+    def __init__(self, scorer: GenRMScorer) -> None:
         self.scorer = scorer
-        self.calibration = calibration
 
     @classmethod
     def from_config(cls, cfg: RewardConfig) -> GenRMKind | None:
         from svc_reward.genrm import GenRMScorer
 
         judge = build_judge(cfg)
-        return None if judge is None else cls(GenRMScorer(judge, cfg.genrm), cfg.genrm_calibration)
+        return None if judge is None else cls(GenRMScorer(judge, cfg.genrm, cfg.genrm_calibration))
 
     def score_group(self, prompt: str, responses: Sequence[str], spec: events.VerifierSpec) -> list[ScoreResult]:
         from svc_reward.verifiers.extract import after_reasoning
@@ -132,18 +131,8 @@ class GenRMKind:
         return self.scorer.score_group(prompt, answers, candidates).results
 
     def recalibrate(self) -> LengthCoefficients:
-        """Fit a length correction on the recent raw verdicts; verdicts from now on are corrected by it.
-
-        The fit runs on a fresh calibrator that then replaces the old one in one assignment, so a
-        group scored meanwhile on another thread sees the old correction or the new, never a mix.
-        Raises ValueError when recent verdicts cannot support a fit (too few, or all equal).
-        """
-        from svc_reward.genrm import LengthCalibrator
-
-        fitted = LengthCalibrator(self.calibration)
-        coefficients = fitted.fit(tuple(self.scorer.history))
-        self.scorer.calibrator = fitted
-        return coefficients
+        """What a `control` recalibrate command runs (see GenRMScorer.recalibrate)."""
+        return self.scorer.recalibrate()
 
     @property
     def flip_rate(self) -> float:
@@ -167,9 +156,6 @@ class ScorerRegistry:
 
     def register(self, kind: str, scorer: Scorer) -> None:
         self._scorers[kind] = scorer
-
-    def register_group(self, kind: str, scorer: GroupScorer) -> None:
-        self._group_scorers[kind] = scorer
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         """Score one response; an unknown kind or a crashing verifier is a marked failure, not a 0."""

@@ -1,7 +1,7 @@
 """GenRM rewards for open-ended answers: pick a reference by Swiss rounds, score rollouts against it.
 
 Each rollout's reward is its position-switched pairwise score against the reference, in [-1, 1],
-length-corrected when a fitted `LengthCalibrator` is attached. Raw verdicts with their lengths are
+length-corrected once `recalibrate()` has fitted a `LengthCalibrator`. Raw verdicts with their lengths are
 kept in a bounded history so a recalibration can be fitted on recent traffic. A judge failure is
 Status.JUDGE_ERROR (the learner drops the sample), never a reward.
 """
@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from svc_reward.result import RewardParts, ScoreResult, Status
 
 from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord
-from .config import GenRMConfig
+from .config import CalibrationConfig, GenRMConfig
 from .judge import Judge, JudgeError
 from .pairwise import Comparer, Comparison, FlipTracker
 from .swiss import TournamentResult, swiss_tournament
@@ -29,11 +29,12 @@ class GroupScore:
 
 class GenRMScorer:
     def __init__(self, judge: Judge, config: GenRMConfig | None = None,
-                 calibrator: LengthCalibrator | None = None,
+                 calibration: CalibrationConfig | None = None,
                  length: Callable[[str], int] = len) -> None:
         self.judge = judge
         self.config = config or GenRMConfig()
-        self.calibrator = calibrator
+        self.calibration = calibration
+        self.calibrator: LengthCalibrator | None = None  # set by recalibrate()
         self.length = length
         self.tracker = FlipTracker()
         self.history: deque[LengthRecord] = deque(maxlen=self.config.history)
@@ -76,10 +77,16 @@ class GenRMScorer:
                           reference, tournament)
 
     def recalibrate(self) -> LengthCoefficients:
-        """Fit the length calibrator on the recent raw verdicts; what `control` recalibrate runs."""
-        if self.calibrator is None:
-            self.calibrator = LengthCalibrator()
-        return self.calibrator.fit(list(self.history))
+        """Fit a length correction on the recent raw verdicts; verdicts from now on are corrected by it.
+
+        The fit runs on a fresh calibrator that then replaces the old one in one assignment, so a
+        group scored meanwhile on another thread sees the old correction or the new, never a mix.
+        Raises ValueError when recent verdicts cannot support a fit (too few, or all equal).
+        """
+        fitted = LengthCalibrator(self.calibration)
+        coefficients = fitted.fit(tuple(self.history))
+        self.calibrator = fitted
+        return coefficients
 
     def _result(self, rollout: str, reference: str,
                 outcome: Comparison | JudgeError) -> ScoreResult:

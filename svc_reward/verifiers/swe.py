@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from svc_reward.result import RewardParts, ScoreResult, Status
+from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import after_reasoning
 from svc_sandbox.backend import Executor
 from svc_sandbox.limits import Limits
@@ -108,5 +108,4 @@ class SweVerifier:
         verdict = grade(result.tests, task.fail_to_pass, task.pass_to_pass)
         detail = f"{verdict.summary()}; applied by {result.apply_method}"
         detail += f"; {result.detail}" if result.detail else ""
-        return ScoreResult(reward=verdict.reward, correct=verdict.resolution == "FULL", status=Status.OK,
-                           parts=RewardParts(correctness=verdict.reward), detail=detail[:500])
+        return ScoreResult.scored(verdict.resolution == "FULL", detail=detail[:500])
