@@ -1,10 +1,12 @@
-"""Shared fixtures: a real Kafka broker per test session (and fresh ones where isolation matters)."""
+"""Shared fixtures: a real Kafka broker per test session (and fresh ones where isolation matters),
+and the local sandbox jail (tests/sandbox/fixtures.py) for the sandbox and reward tests."""
 from __future__ import annotations
 
 import pytest
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
+from tests.sandbox.fixtures import jail_sandbox  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="session")

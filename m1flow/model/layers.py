@@ -64,7 +64,7 @@ class LightningAttention(nn.Module):
         # A plain attribute, not a buffer: Module.to(bf16) must not round the decay rates. Built on the
         # CPU even inside a meta-device context so a model built on meta still has real slopes.
         with torch.device("cpu"):
-            self._slope = build_slopes(self.num_heads, layer_idx, config.num_hidden_layers).float()
+            self._slope = build_slopes(self.num_heads, layer_idx, config.num_hidden_layers)
 
     def slope(self, device: torch.device) -> torch.Tensor:
         if self._slope.device != device:

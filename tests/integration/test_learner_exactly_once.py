@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +21,10 @@ from m1flow.launcher import launch
 from m1flow.model import MiniMaxM1ForCausalLM, sample
 from m1flow.policy import generator, load_policy, uri_for
 from m1flow.tasks.arith import problems
+from m1flow.model.modeling import WEIGHTS_FILE
 from m1flow.warmstart import warm_started_policy
-from svc_reward.shaping import group_advantages
+from svc_learner.checkpoint import latest, load_state
+from svc_reward.shaping import group_advantages, is_degenerate
 
 GROUPS, BATCH = 80, 4
 
@@ -38,7 +42,7 @@ def scored_groups(policy) -> list[events.ScoredGroup]:
         for c, r, a in zip(comps, rewards, group_advantages(rewards)):
             g.samples.add(prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs, reward=r,
                           advantage=a, status="ok", policy_version=i // BATCH)  # fresh when trained
-        g.dropped = len(set(rewards)) == 1
+        g.dropped = is_degenerate(rewards)
         out.append(g)
     return out
 
@@ -60,10 +64,19 @@ def filled_broker(tmp_path):
         broker.stop()
 
 
+def checkpoints(run_dir) -> Path:
+    return run_dir / "learner" / "checkpoints"
+
+
+def reached_version(run_dir) -> int:
+    """The policy version of the newest complete checkpoint (0 before the first)."""
+    found = latest(checkpoints(run_dir))
+    return load_state(found).version if found else 0
+
+
 def final_checkpoint(run_dir, version: int | None = None) -> tuple[dict, dict]:
-    found = sorted((run_dir / "learner" / "checkpoints").glob("v*"))
-    last = found[-1] if version is None else run_dir / "learner" / "checkpoints" / f"v{version:06d}"
-    return load_file(last / "model.safetensors"), json.loads((last / "learner_state.json").read_text())
+    last = latest(checkpoints(run_dir)) if version is None else checkpoints(run_dir) / f"v{version:06d}"
+    return load_file(last / WEIGHTS_FILE), asdict(load_state(last))
 
 
 def learner_args(policy, group: str, minibatches: int = 4, **train) -> list[str]:
@@ -77,8 +90,7 @@ def run_until_done(proc_factory, run_dir, timeout: float = 300, steps: int = GRO
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            state_files = sorted((run_dir / "learner" / "checkpoints").glob("v*/learner_state.json"))
-            if state_files and json.loads(state_files[-1].read_text())["version"] >= steps:
+            if reached_version(run_dir) >= steps:
                 return
             time.sleep(0.5)
         raise AssertionError(f"learner did not finish:\n{proc.tail()}")
@@ -99,8 +111,7 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
         time.sleep(rng.uniform(0.2, 1.2))
         proc.kill()  # SIGKILL: no shutdown path runs
         proc.proc.wait()
-        states = sorted((crashy / "learner" / "checkpoints").glob("v*/learner_state.json"))
-        partial.append(json.loads(states[-1].read_text())["version"] if states else 0)
+        partial.append(reached_version(crashy))
     run_until_done(lambda: launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"),
                                   replica=1), crashy)
     print("versions after each kill:", partial)
@@ -138,7 +149,7 @@ def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_br
                                   entry=torchrun("learner", 2)), two, steps=steps)
     w1, s1 = final_checkpoint(one, steps)
     w2, s2 = final_checkpoint(two, steps)
-    start = load_file(policy / "model.safetensors")
+    start = load_file(policy / WEIGHTS_FILE)
     assert s1["applied_groups"] == s2["applied_groups"] and s2["version"] == steps
     assert w1.keys() == w2.keys()
     moved = sum(int((w1[name] != start[name]).sum()) for name in w1)

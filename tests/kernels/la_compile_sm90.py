@@ -4,7 +4,6 @@ The interpreter runs kernel bodies as Python and misses what only the compiler c
 loop-carried values, constexpr branches, layouts, what ptxas accepts). Run in a process where
 TRITON_INTERPRET is unset: `PYTHONPATH=. python tests/kernels/la_compile_sm90.py`.
 """
-import os
 import sys
 
 import torch
@@ -12,7 +11,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels.lightning_attn.chunk_triton import _walk_kernel, walk_config
+from kernels.lightning_attn.chunk_triton import _walk_kernel, interpreting, walk_config
 from kernels.lightning_attn.decode_triton import _decode_kernel, decode_config
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -28,7 +27,7 @@ def compile_kernel(kernel, pointers: dict[str, str], constexprs: dict, options: 
 
 
 def main() -> None:
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreting():
         sys.exit("unset TRITON_INTERPRET: the interpreter replaces the compiler")
     for dtype, reverse in [(torch.bfloat16, False), (torch.bfloat16, True), (torch.float32, False)]:
         data = TYPES[dtype]

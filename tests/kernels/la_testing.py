@@ -18,9 +18,9 @@ def triton_usable() -> bool:
 
 def m1_slopes(heads: int) -> torch.Tensor:
     """`heads` slopes taken from the real 64-head, 80-layer schedule, from the largest (layer 0,
-    head 0) to the smallest of a lightning layer (layer 78, head 63, about 5e-5)."""
+    head 0) to the smallest of a lightning layer (layer 78, head 63, about 5e-5); on DEVICE."""
     picks = [(0, 0), (78, 63), (40, 31), (0, 63), (78, 0), (20, 10), (60, 50), (5, 5)]
-    return torch.stack([build_slopes(64, layer, 80)[h] for layer, h in picks[:heads]])
+    return torch.stack([build_slopes(64, layer, 80)[h] for layer, h in picks[:heads]]).to(DEVICE)
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:

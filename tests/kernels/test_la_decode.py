@@ -12,7 +12,7 @@ def test_prefill_then_decode_equals_long_prefill(backend, use_backend):
     torch.manual_seed(20)
     B, T0, steps, H, D = 2, 70, 5, 2, 16
     q, k, v = (rand(B, T0 + steps, H, D) for _ in range(3))
-    slope = m1_slopes(H).to(DEVICE)
+    slope = m1_slopes(H)
     o_pre, state = lightning_attn(q[:, :T0], k[:, :T0], v[:, :T0], slope, output_final_state=True)
     # The two rows live in slots 3 and 1 of a larger cache.
     cache = torch.zeros(4, H, D, D, device=DEVICE)
@@ -36,7 +36,7 @@ def test_decode_touches_only_addressed_slots(backend, dtype, use_backend):
     before = cache.clone()
     slots = torch.tensor([4, 1], device=DEVICE)
     q, k, v = (rand(2, H, D, dtype=dtype) for _ in range(3))
-    slope = m1_slopes(H).to(DEVICE)
+    slope = m1_slopes(H)
     o = lightning_attn_decode(q, k, v, slope, cache, slots)
     assert o.dtype == dtype and cache.dtype == torch.float32
     untouched = [i for i in range(S) if i not in (4, 1)]

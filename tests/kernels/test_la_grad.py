@@ -17,8 +17,8 @@ def grads(fn, inputs, w_o, w_s):
     return [x.grad for x in leaves]
 
 
-def check(backend, q, k, v, s0, cu=None, bounds=None, tol=1e-5):
-    slope = m1_slopes(q.shape[2]).to(DEVICE)
+def check(q, k, v, s0, cu=None, bounds=None, tol=1e-5):
+    slope = m1_slopes(q.shape[2])
     with_state = s0 is not None
     inputs = [q, k, v] + ([s0] if with_state else [])
     w_o = torch.randn(*q.shape, dtype=torch.float64)
@@ -48,7 +48,7 @@ def test_grads_match_recurrence(backend, T, D, with_state, use_backend):
     use_backend(backend)
     torch.manual_seed(10)
     q, k, v = (rand(2, T, 2, D) for _ in range(3))
-    check(backend, q, k, v, rand(2, 2, D, D) if with_state else None)
+    check(q, k, v, rand(2, 2, D, D) if with_state else None)
 
 
 @pytest.mark.parametrize("backend", ["chunk", "triton"])
@@ -56,7 +56,7 @@ def test_bf16_grads(backend, use_backend):
     use_backend(backend)
     torch.manual_seed(12)
     q, k, v = (rand(1, 90, 2, 16, dtype=torch.bfloat16) for _ in range(3))
-    check(backend, q, k, v, rand(1, 2, 16, 16), tol=1e-2)
+    check(q, k, v, rand(1, 2, 16, 16), tol=1e-2)
 
 
 @pytest.mark.parametrize("backend", ["chunk", "triton"])
@@ -65,4 +65,4 @@ def test_packed_grads(backend, use_backend):
     torch.manual_seed(11)
     bounds = [0, 30, 100, 101]
     q, k, v = (rand(1, bounds[-1], 2, 16) for _ in range(3))
-    check(backend, q, k, v, rand(3, 2, 16, 16), torch.tensor(bounds, device=DEVICE), bounds)
+    check(q, k, v, rand(3, 2, 16, 16), torch.tensor(bounds, device=DEVICE), bounds)

@@ -14,7 +14,7 @@ def case(backend, T, dtype=torch.float32, B=2, D=16, with_state=True):
     H = HEADS[backend]
     q, k, v = (rand(B, T, H, D, dtype=dtype) for _ in range(3))
     s0 = rand(B, H, D, D) if with_state else None
-    return q, k, v, m1_slopes(H).to(DEVICE), s0
+    return q, k, v, m1_slopes(H), s0
 
 
 @pytest.mark.parametrize("backend", ["chunk", "triton"])
@@ -59,7 +59,7 @@ def test_packed_sequences(backend, bounds, use_backend):
     torch.manual_seed(3)
     H, D, N = HEADS[backend], 16, len(bounds) - 1
     q, k, v = (rand(1, bounds[-1], H, D) for _ in range(3))
-    s0, slope = rand(N, H, D, D), m1_slopes(H).to(DEVICE)
+    s0, slope = rand(N, H, D, D), m1_slopes(H)
     cu = torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
     o, state = lightning_attn(q, k, v, slope, s0, output_final_state=True, cu_seqlens=cu)
     assert o.shape == q.shape and state.shape == (N, H, D, D)

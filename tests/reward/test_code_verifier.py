@@ -6,9 +6,7 @@ import pytest
 from svc_reward.result import Status
 from svc_reward.verifiers.code import CodeRewardConfig, CodeVerifier, TestCase, extract_code, outputs_match
 from svc_sandbox.limits import Limits
-from tests.sandbox import fixtures
 
-jail_sandbox = fixtures.jail_sandbox  # the local jail, shared with tests/sandbox
 LIMITS = Limits(cpu_seconds=1, wall_seconds=3, max_processes=16)
 ADD_TESTS = [TestCase(stdin="1 2\n", expected_stdout="3\n"), TestCase(stdin="10 -4\n", expected_stdout="6"),
              TestCase(stdin="0 0\n", expected_stdout="0\n")]

@@ -22,7 +22,7 @@ def wrap(answer: str) -> str:
     return f"<think>let me work it out</think>\nSo:\n<answer>{answer}</answer>"
 
 
-def _grid_bump(solution: str, n_key: str = "size"):
+def _grid_bump(solution: str):
     """Change the first cell of a digit grid to another digit (breaks its row)."""
     rows = [r.split() for r in solution.splitlines()]
     n = len(rows)

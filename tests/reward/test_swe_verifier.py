@@ -10,9 +10,7 @@ from svc_reward.result import Status
 from svc_reward.verifiers.swe import SweTask, SweVerifier, extract_patch, grade
 from svc_sandbox.limits import MB, Limits
 from svc_sandbox.swe import parse_pytest_log, snapshot_tar
-from tests.sandbox import fixtures
 
-jail_sandbox = fixtures.jail_sandbox  # the local jail, shared with tests/sandbox
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 TESTS = '''import pytest
 from calc import add, mul, sub
