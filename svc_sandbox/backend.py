@@ -43,6 +43,28 @@ def announce_start(argv: Sequence[str]) -> list[str]:
     return ["/bin/sh", "-c", f'printf {STARTED.decode()} && exec "$@"', "sh", *argv]
 
 
+class BoundedOutput:
+    """A run's stdout and stderr, each kept to `limit` bytes, with the STARTED marker stripped.
+
+    Both backends read their streams through it, so output limits and start detection are one rule.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.stdout, self.stderr = bytearray(), bytearray()
+        self.started = self.overflow = False
+
+    def add(self, buffer: bytearray, data: bytes) -> bool:
+        """Append `data` to `buffer` (self.stdout or self.stderr); True when this call first overflowed."""
+        if buffer is self.stdout and not self.started:
+            self.started, data = data[:1] == STARTED, data[1:]
+        room = self.limit - len(buffer)
+        buffer.extend(data[:max(room, 0)])
+        first = len(data) > room and not self.overflow
+        self.overflow = self.overflow or len(data) > room
+        return first
+
+
 @dataclass
 class RunOutcome:
     """What a backend saw of one run; `classify` turns it into a verdict alike for all backends."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from svc_sandbox.backend import STARTED, WORK_DIR, RunOutcome, announce_start, classify
+from svc_sandbox.backend import WORK_DIR, BoundedOutput, RunOutcome, announce_start, classify
 from svc_sandbox.limits import MB, ExecResult, Limits
 
 _STDIN_FILE = ".m1flow-stdin"
@@ -126,21 +126,15 @@ class DockerBackend:
             note="cpu time and memory peak are not measured by the docker backend"), limits)
 
 
-class _StreamReader:
+class _StreamReader(BoundedOutput):
     """Consumes the demuxed attach stream, keeping at most `limit` bytes per stream."""
 
     def __init__(self, stream, limit: int, on_overflow):
-        self.stream, self.limit, self.on_overflow = stream, limit, on_overflow
-        self.stdout, self.stderr = bytearray(), bytearray()
-        self.started = self.overflow = False
+        super().__init__(limit)
+        self.stream, self.on_overflow = stream, on_overflow
 
     def _add(self, buffer: bytearray, data: bytes) -> None:
-        if buffer is self.stdout and not self.started:
-            self.started, data = data[:1] == STARTED, data[1:]
-        room = self.limit - len(buffer)
-        buffer.extend(data[:max(room, 0)])
-        if len(data) > room and not self.overflow:
-            self.overflow = True
+        if self.add(buffer, data):
             self.on_overflow()
 
     def read(self) -> None:

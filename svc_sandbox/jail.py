@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
-from svc_sandbox.backend import STARTED, WORK_DIR, RunOutcome, announce_start, classify
+from svc_sandbox.backend import WORK_DIR, BoundedOutput, RunOutcome, announce_start, classify
 from svc_sandbox.limits import MB, ExecResult, Limits
 
 _SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -346,16 +346,16 @@ class JailBackend:
             oom_killed=bool(cgroup and cgroup.oom_kills()), note=self.note), limits)
 
 
-class _Collector:
+class _Collector(BoundedOutput):
     """Reads a run's stdout and stderr, keeping at most `limit` bytes of each.
 
     The first stdout byte is the jail's own "started" marker, written before the program is exec'd.
     """
 
     def __init__(self, proc: subprocess.Popen, limit: int):
-        self.proc, self.limit = proc, limit
-        self.stdout, self.stderr = bytearray(), bytearray()
-        self.started = self.overflow = self.exited = False
+        super().__init__(limit)
+        self.proc = proc
+        self.exited = False
         self.sel = selectors.DefaultSelector()
         self.sel.register(proc.stdout, selectors.EVENT_READ, self.stdout)
         self.sel.register(proc.stderr, selectors.EVENT_READ, self.stderr)
@@ -367,12 +367,7 @@ class _Collector:
         if not data:
             self.sel.unregister(key.fileobj)
             return
-        if key.data is self.stdout and not self.started:
-            self.started, data = data[:1] == STARTED, data[1:]
-        room = self.limit - len(key.data)
-        key.data.extend(data[:max(room, 0)])
-        if len(data) > room:
-            self.overflow = True
+        self.add(key.data, data)
 
     def _streams(self) -> list[selectors.SelectorKey]:
         return [key for key in self.sel.get_map().values() if key.data is not None]
