@@ -52,6 +52,7 @@ from m1flow.tokenizer import CharTokenizer  # noqa: E402
 from m1flow.warmstart import TOKENIZER_FILE, WarmStartConfig, warm_started_policy  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import Batch, LearnerConfig, pack_sequences, train_on_batch  # noqa: E402
+from svc_reward.shaping import group_advantages, is_degenerate  # noqa: E402
 
 Problem = arith.ArithProblem | chain.ChainProblem
 
@@ -97,18 +98,16 @@ def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok: CharTokenizer, val: l
 
 
 def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, version: int,
-                  gen: torch.Generator) -> tuple[Batch, float]:
-    """Sample, score and pack one generation batch; returns it and the mean reward."""
-    rows, rewards_all = [], []
+                  gen: torch.Generator) -> Batch:
+    """Sample, score and pack one generation batch, shaped as the reward service shapes groups."""
+    rows = []
     for gi, p in enumerate(prompts):
         ids = prompt_ids(tok, p)
         done = sample(model, ids, n=group, max_new_tokens=task.max_new_tokens, temperature=1.0, top_p=1.0,
                       eos_id=tok.eos_id, generator=gen)
-        rewards = torch.tensor([float(is_correct(task, tok, c.tokens, p)) for c in done])
-        rewards_all.append(rewards)
-        adv = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6)
-        dropped = bool(rewards.max() == rewards.min())  # dynamic sampling: no signal in this group
-        rows += [(ids, c, float(a), gi, dropped) for c, a in zip(done, adv)]
+        rewards = [float(is_correct(task, tok, c.tokens, p)) for c in done]
+        dropped = is_degenerate(rewards)  # dynamic sampling: no signal in this group
+        rows += [(ids, c, a, gi, dropped) for c, a in zip(done, group_advantages(rewards))]
     # the learner splits the batch into contiguous minibatches: shuffle so that each one mixes
     # groups (and positive with negative samples), as a large generation batch would
     rows = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
@@ -122,7 +121,7 @@ def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, ve
         group_ids=torch.tensor([gi for *_, gi, _ in rows]),
         dropped=torch.tensor([d for *_, d in rows]),
     )
-    return batch, float(torch.cat(rewards_all).mean())
+    return batch
 
 
 def run(task: Task, algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, pool: list[Problem],
@@ -136,7 +135,7 @@ def run(task: Task, algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, 
     gen = torch.Generator().manual_seed(seed)
     curve, sums = [(0, *start)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
     for step in range(args.steps):
-        batch, _ = rollout_batch(task, model, tok, draws.sample(pool, args.prompts), args.group, step, gen)
+        batch = rollout_batch(task, model, tok, draws.sample(pool, args.prompts), args.group, step, gen)
         stats = train_on_batch(model, optimizer, batch, cfg, current_version=step)
         if stats["updates"]:
             sums["n"] += 1

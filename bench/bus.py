@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from m1flow.bus import Producer, Record, StreamWorker, codec
+from m1flow.bus import HandlerBase, Producer, Record, StreamWorker, codec
 from m1flow.bus.admin import ensure_topics
 from m1flow.bus.topics import ROLLOUTS, TopicSpec
 from m1flow.bus.worker import Context
@@ -74,7 +74,7 @@ class Result:
         return self.messages * self.value_bytes / self.seconds / 1e6
 
 
-class Counter:
+class Counter(HandlerBase):
     """The trivial handler: count decoded rollouts."""
 
     def __init__(self, topic: TopicSpec) -> None:
@@ -83,12 +83,6 @@ class Counter:
 
     def handle(self, message: events.Rollout, record: Record, ctx: Context) -> None:
         self.count += 1
-
-    def tick(self, ctx: Context) -> None:
-        pass
-
-    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
-        pass
 
 
 def _until(done: Callable[[], bool], step: Callable[[], object], timeout: float, what: str) -> None:
