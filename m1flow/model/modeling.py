@@ -42,7 +42,7 @@ class MiniMaxM1Model(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, cache: HybridCache | None = None) -> torch.Tensor:
-        offset = cache.seq_len if cache is not None else 0
+        offset = cache.positions() if cache is not None else 0
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
             x = layer(x, cache.layers[i] if cache is not None else None, offset)
