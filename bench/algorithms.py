@@ -46,10 +46,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from m1flow import chat, checkpoint  # noqa: E402
 from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
 from m1flow.tasks import arith, chain  # noqa: E402
-from m1flow.tokenizer import CharTokenizer  # noqa: E402
-from m1flow.warmstart import TOKENIZER_FILE, WarmStartConfig, warm_started_policy  # noqa: E402
+from m1flow.warmstart import WarmStartConfig, warm_started_policy  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import Batch, LearnerConfig, pack_sequences, train_on_batch  # noqa: E402
 from svc_reward.shaping import group_advantages, is_degenerate  # noqa: E402
@@ -80,19 +80,19 @@ TASKS = {
 }
 
 
-def prompt_ids(tok: CharTokenizer, problem: Problem) -> list[int]:
-    return [tok.bos_id, *tok.encode(problem.text)]
+def prompt_ids(tok, problem: Problem) -> list[int]:
+    return chat.prompt_ids(tok, problem.text)
 
 
-def is_correct(task: Task, tok: CharTokenizer, tokens: list[int], problem: Problem) -> bool:
-    return task.module.parse_answer(tok.decode(tokens)) == int(problem.answer)
+def is_correct(task: Task, tok, tokens: list[int], problem: Problem) -> bool:
+    return task.module.parse_answer(tok.decode(tokens, skip_special_tokens=True)) == int(problem.answer)
 
 
-def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok: CharTokenizer, val: list[Problem]) -> float:
+def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok, val: list[Problem]) -> float:
     hits = 0
     for p in val:
         [c] = sample(model, prompt_ids(tok, p), n=1, max_new_tokens=task.max_new_tokens, temperature=0.0,
-                     eos_id=tok.eos_id)
+                     eos_id=tok.eos_token_id)
         hits += is_correct(task, tok, c.tokens, p)
     return hits / len(val)
 
@@ -104,7 +104,7 @@ def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, ve
     for gi, p in enumerate(prompts):
         ids = prompt_ids(tok, p)
         done = sample(model, ids, n=group, max_new_tokens=task.max_new_tokens, temperature=1.0, top_p=1.0,
-                      eos_id=tok.eos_id, generator=gen)
+                      eos_id=tok.eos_token_id, generator=gen)
         rewards = [float(is_correct(task, tok, c.tokens, p)) for c in done]
         dropped = is_degenerate(rewards)  # dynamic sampling: no signal in this group
         rows += [(ids, c, a, gi, dropped) for c, a in zip(done, group_advantages(rewards))]
@@ -112,7 +112,7 @@ def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, ve
     # groups (and positive with negative samples), as a large generation batch would
     rows = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
     input_ids, mask, logp = pack_sequences([ids for ids, *_ in rows], [c.tokens for _, c, *_ in rows],
-                                           [c.logprobs for _, c, *_ in rows], tok.pad_id)
+                                           [c.logprobs for _, c, *_ in rows], tok.pad_token_id)
     n = len(rows)
     batch = Batch(
         input_ids=input_ids, response_mask=mask, rollout_logp=logp,
@@ -124,7 +124,7 @@ def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, ve
     return batch
 
 
-def run(task: Task, algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, pool: list[Problem],
+def run(task: Task, algo: str, seed: int, policy_dir: Path, tok, pool: list[Problem],
         val: list[Problem], args: argparse.Namespace, start: tuple[float, float]) -> dict:
     torch.manual_seed(seed)
     model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
@@ -183,7 +183,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     t0 = time.time()
     policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy", task.warmstart)
-    tok = CharTokenizer.from_file(policy_dir / TOKENIZER_FILE)
+    tok = checkpoint.load_tokenizer(policy_dir)
     pool = task.module.problems(seed=1_000, n=args.pool, max_operand=args.max_operand, prefix="rl")
     seen = {p.text for p in pool}
     val = [p for p in task.module.problems(seed=777, n=4 * args.val, max_operand=args.max_operand, prefix="val")

@@ -95,7 +95,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from m1flow.stack import Stack
 
-    stack = Stack(args.run_dir, replicas=dict(r.split("=") for r in args.replicas))
+    from m1flow.demo import warmstart_for
+
+    stack = Stack(args.run_dir, replicas=dict(r.split("=") for r in args.replicas), model=args.model,
+                  warmstart=warmstart_for(args.engine), service_args={"rollout": ["--engine", args.engine]})
     stack.start(with_demo_policy=True)
     print(stack.status_table())
     print("press Ctrl-C to stop")
@@ -131,7 +134,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from m1flow.demo import DemoConfig, run_demo
 
-    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes))
+    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -168,6 +171,7 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("up", help="start the broker and all services as local processes")
     u.add_argument("--replicas", nargs="*", default=[], help="e.g. reward=2 rollout=2")
     u.add_argument("--keep-broker", action="store_true")
+    _model_flags(u)
     u.set_defaults(func=cmd_up)
 
     v = sub.add_parser("svc", help="run one service in the foreground")
@@ -184,8 +188,17 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)
+    _model_flags(d)
     d.set_defaults(func=cmd_demo)
     return p
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None,
+                   help="a local model directory (config.json, safetensors, tokenizer) to start from; "
+                        "default: a small model warm-started here for the engine")
+    p.add_argument("--engine", choices=["native", "hf", "vllm"], default="native",
+                   help="rollout engine: native (the hybrid model), hf (transformers generate), vllm")
 
 
 def main(argv: list[str] | None = None) -> int:

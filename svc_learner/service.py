@@ -9,12 +9,10 @@ import torch
 
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import POLICY, SCORED, POLICY_KEY
+from m1flow import checkpoint
+from m1flow.checkpoint import uri_for
 from m1flow.contracts import events, rpc, rpc_grpc
-from m1flow.model import MiniMaxM1ForCausalLM
-from m1flow.policy import uri_for
 from m1flow.runtime.service import Service
-from m1flow.warmstart import TOKENIZER_FILE
-from svc_learner import checkpoint
 from svc_learner.batching import group_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.optim import make_optimizer
@@ -36,9 +34,8 @@ class Trainer:
         source = found or cfg.init_checkpoint
         if source is None:
             raise RuntimeError("no learner checkpoint and no --init-checkpoint to start from")
-        self.model = MiniMaxM1ForCausalLM.from_pretrained(source)
-        self.model.train()
-        self.tokenizer_json = (source / TOKENIZER_FILE).read_text()  # kept: old checkpoints rotate away
+        self.model = checkpoint.load_model(source, trainable=True)  # any causal LM directory
+        self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train.lr, cfg.train.weight_decay, cfg.train.adam_eps)
         self.scorer = wrap_model(self.model, cfg.train, ranks)  # DDP under torchrun
         if found is not None:
@@ -54,8 +51,8 @@ class Trainer:
         self.lock = threading.Lock()
 
     def _save(self):
-        return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_json,
-                               keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
+        return checkpoint.save_checkpoint(self.root, self.model, self.tokenizer, self.optimizer, self.state,
+                                          keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
     def update(self, groups: list[events.ScoredGroup], version: int) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same groups."""
@@ -85,7 +82,8 @@ class Trainer:
             header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
                                 message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
             version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
-            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()})
+            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
+            batch_groups=self.cfg.batch_groups)
 
 
 def validate(group: events.ScoredGroup) -> None:

@@ -18,6 +18,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
+from m1flow import lm
+
 from .logprobs import fused_head_loss
 from .objective import Algo, Norm, TokenObjective, Totals, policy_stats
 from .optim import EPS, clip_gradients
@@ -98,7 +100,7 @@ class ScoredTokens(NamedTuple):
 
 
 class SequenceLogprobs(nn.Module):
-    """Wraps a model exposing hidden_states(input_ids) and lm_head.weight into [N, T] token log-probs.
+    """Wraps a causal LM (m1flow.lm: the hybrid model or a transformers one) into [N, T] token log-probs.
 
     Given a TokenObjective it also returns the loss, through the fused head when `fused` (the
     gradient is then formed chunk by chunk in the forward pass). An nn.Module so that
@@ -114,9 +116,9 @@ class SequenceLogprobs(nn.Module):
         self.fused = fused
 
     def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None) -> ScoredTokens:
-        hidden = self.model.hidden_states(input_ids)[:, :-1]
+        hidden = lm.hidden_states(self.model, input_ids)[:, :-1]
         sel = response_mask[:, 1:].bool()
-        weight, targets = self.model.lm_head.weight, input_ids[:, 1:][sel]
+        weight, targets = lm.head_weight(self.model), input_ids[:, 1:][sel]
         if objective is not None and self.fused:
             flat = objective.select(torch.cat([torch.zeros_like(sel[:, :1]), sel], dim=1))
             h, w = cast_head(hidden[sel], weight, self.head_dtype)

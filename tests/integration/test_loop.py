@@ -12,7 +12,6 @@ from m1flow.topics_io import read_range
 from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
 from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
-from m1flow.model import MiniMaxM1ForCausalLM
 
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
 
@@ -20,8 +19,7 @@ N_PROMPTS, GROUP, BATCH = 16, 4, 4
 
 
 def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
-    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH)],
-                                          "rollout": ["--max-ahead-groups", str(2 * BATCH)]})
+    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH)]})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
         ids = publish(Producer(stack.bootstrap, "test"), problems(seed=3, n=N_PROMPTS, max_operand=20), GROUP)
@@ -48,15 +46,16 @@ def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
 def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     """One CISPO step on the policy's own samples, built through the learner's batching from
     ScoredGroups: log-probs of A>0 samples rise, those of A<0 samples fall."""
-    from m1flow.policy import generator, load_policy, uri_for
+    from m1flow.chat import prompt_ids
+    from m1flow.checkpoint import load_model, load_tokenizer
     from m1flow.model import sample
+    from m1flow.sampling import generator
     from m1flow.warmstart import warm_started_policy
 
     policy = warm_started_policy(tmp_path / "p0")
-    model = MiniMaxM1ForCausalLM.from_pretrained(policy)
-    _, tok = load_policy(uri_for(policy))
-    prompt = [tok.bos_id, *tok.encode("12+7=")]
-    completions = sample(model, prompt, n=8, max_new_tokens=8, eos_id=tok.eos_id, generator=generator(0))
+    model, tok = load_model(policy, trainable=True), load_tokenizer(policy)
+    prompt = prompt_ids(tok, "12+7=")
+    completions = sample(model, prompt, n=8, max_new_tokens=8, eos_id=tok.eos_token_id, generator=generator(0))
     group = events.ScoredGroup(group_id="g")
     for i, comp in enumerate(completions):
         group.samples.add(rollout_id=str(i), prompt_token_ids=prompt, token_ids=comp.tokens,

@@ -125,7 +125,7 @@ def test_checkpoint_rotation_keeps_superseded_ones_for_their_grace_period(tmp_pa
     import os
     import time
 
-    from svc_learner.checkpoint import STATE_FILE, rotate
+    from m1flow.checkpoint import STATE_FILE, rotate
 
     now = time.time()
     for version, superseded_ago in enumerate([500, 400, 30, 20, 10, 0]):

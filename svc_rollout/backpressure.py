@@ -1,0 +1,88 @@
+"""How far the rollouts run ahead of the learner, in learner steps (policy versions).
+
+Every group sampled now is trained on after the groups already waiting for the learner: those the
+reward service has not scored yet (its lag on `rollouts`), those the learner has not consumed yet
+(its lag on `scored`), and the ones in flight in this replica. That many groups divided by the
+learner's batch is how many versions stale the newest sample will be when it is trained on. A
+replica stops admitting prompts while that exceeds `max_ahead_versions` full steps *beyond* the one
+the learner can already take, and reads the lags of both consumer groups from Kafka, so every
+replica sees the same backlog whatever the replica count.
+
+It cannot deadlock: it only pauses while at least one whole learner batch is already waiting
+downstream, so the learner can step, the backlog falls, and sampling resumes. (That relies on the
+learner committing a batch's offsets once it has trained on it, which it does, and on counting
+every scored group it consumes towards its batch or committing it when it skips it.)
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.errors import KafkaError
+
+from m1flow.bus.topics import ROLLOUTS, SCORED
+
+log = logging.getLogger(__name__)
+
+
+class Backlog:
+    """Committed-offset lag of the reward service on `rollouts` and of the learner on `scored`."""
+
+    def __init__(self, bootstrap: str, reward_group: str, learner_group: str) -> None:
+        self.reward_group, self.learner_group = reward_group, learner_group
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog",
+                                      request_timeout_ms=10_000)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
+
+    def lags(self) -> tuple[int, int]:
+        """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed."""
+        return self._lag(self.reward_group, ROLLOUTS.name), self._lag(self.learner_group, SCORED.name)
+
+    def _lag(self, group: str, topic: str) -> int:
+        """A group that never committed counts 0: nobody consumes yet, nothing to pace against."""
+        offsets = self.admin.list_group_offsets({group: None}).get(group, {})
+        committed = {tp: meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset >= 0}
+        ends = self.consumer.end_offsets(list(committed)) if committed else {}
+        return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
+
+    def close(self) -> None:
+        self.admin.close()
+        self.consumer.close()
+
+
+class Backpressure:
+    def __init__(self, backlog: Backlog | None, max_ahead_versions: float, batch_groups: int,
+                 group_size: int, refresh_s: float = 1.0) -> None:
+        self.backlog = backlog
+        self.max_ahead_versions = max_ahead_versions
+        self.batch_groups = batch_groups
+        self.group_size = group_size
+        self.refresh_s = refresh_s
+        self.downstream = 0.0  # groups waiting for the reward service or the learner
+        self._read_at = -float("inf")
+
+    def refresh(self) -> None:
+        if self.backlog is None or time.monotonic() - self._read_at < self.refresh_s:
+            return
+        self._read_at = time.monotonic()
+        try:
+            reward, learner = self.backlog.lags()
+        except KafkaError as exc:  # keep the last reading; the broker will be back
+            log.warning("reading consumer lag failed: %s", exc)
+            return
+        self.downstream = learner + reward / max(1, self.group_size)
+
+    def versions_ahead(self, in_flight_groups: int) -> float:
+        """Learner steps' worth of groups that will be trained on before one sampled now."""
+        return (self.downstream + in_flight_groups) / self.batch_groups
+
+    def should_pause(self, in_flight_groups: int) -> bool:
+        if self.backlog is None:
+            return False
+        ready = self.downstream >= self.batch_groups  # the learner can step without us
+        return ready and self.versions_ahead(in_flight_groups) >= 1 + self.max_ahead_versions
+
+    def close(self) -> None:
+        if self.backlog is not None:
+            self.backlog.close()
