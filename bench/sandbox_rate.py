@@ -10,9 +10,10 @@ import sys
 import time
 from functools import partial
 
-from svc_sandbox.backend import Sandbox
-from svc_sandbox.jail import JailBackend, JailConfig
-from svc_sandbox.limits import ExecRequest, ExecStatus
+from m1flow.status import Status
+from svc_sandbox.api import ExecRequest
+from svc_sandbox.backends.jail import JailBackend, JailConfig
+from svc_sandbox.sandbox import Sandbox
 
 PROGRAM = "print(sum(range(1000)))"
 
@@ -32,7 +33,7 @@ def _bare(python: str) -> None:
 
 def _jailed(sandbox: Sandbox) -> None:
     result = sandbox(ExecRequest(code=PROGRAM))
-    assert result.status is ExecStatus.OK and result.stdout == b"499500\n", result
+    assert result.status is Status.OK and result.stdout == b"499500\n", result
 
 
 def measure(runs: int = 20) -> list[tuple[str, float, str, float]]:

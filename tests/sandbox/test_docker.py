@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from svc_sandbox.backend import Sandbox, choose_backend
-from svc_sandbox.docker_backend import DockerBackend
-from svc_sandbox.limits import MB, ExecRequest, ExecStatus, Limits
+from m1flow.status import Status
+from svc_sandbox.api import MB, ExecRequest, Limits
+from svc_sandbox.backends import choose_backend
+from svc_sandbox.backends.docker import DockerBackend
+from svc_sandbox.sandbox import Sandbox
 
 needs_engine = pytest.mark.skipif(not DockerBackend.available(),
                                   reason="no Docker engine answers a ping here (the CLI alone is not enough)")
@@ -31,18 +33,18 @@ def test_auto_choice_prefers_docker():
 def test_stdin_files_and_exit_codes(docker_sandbox):
     r = run(docker_sandbox, "import os\nprint(input()[::-1], open('data.txt').read(), os.getuid())",
             stdin=b"abc\n", files={"data.txt": b"hi"})
-    assert (r.status, r.stdout_text) == (ExecStatus.OK, "cba hi 65534\n"), r
+    assert (r.status, r.stdout_text) == (Status.OK, "cba hi 65534\n"), r
     r = run(docker_sandbox, "raise SystemExit(4)")
-    assert (r.status, r.exit_code) == (ExecStatus.RUNTIME_ERROR, 4)
+    assert (r.status, r.exit_code) == (Status.RUNTIME_ERROR, 4)
 
 
 @needs_engine
 def test_limits(docker_sandbox):
-    assert run(docker_sandbox, "while True: pass").status is ExecStatus.TIMEOUT
-    assert run(docker_sandbox, "import time\ntime.sleep(60)").status is ExecStatus.TIMEOUT
-    assert run(docker_sandbox, "x = bytearray(1 << 30)\nx[::4096] = b'1' * len(x[::4096])").status is ExecStatus.MEMORY_LIMIT
+    assert run(docker_sandbox, "while True: pass").status is Status.TIME_LIMIT
+    assert run(docker_sandbox, "import time\ntime.sleep(60)").status is Status.TIME_LIMIT
+    assert run(docker_sandbox, "x = bytearray(1 << 30)\nx[::4096] = b'1' * len(x[::4096])").status is Status.MEMORY_LIMIT
     r = run(docker_sandbox, "import sys\nwhile True: sys.stdout.write('y' * 65536)")
-    assert r.status is ExecStatus.OUTPUT_LIMIT and len(r.stdout) == LIMITS.max_output_bytes
+    assert r.status is Status.OUTPUT_LIMIT and len(r.stdout) == LIMITS.max_output_bytes
 
 
 @needs_engine
