@@ -44,6 +44,7 @@ from svc_sandbox.backends.cgroups import CgroupManager, RunCgroup
 
 _SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _READ_CHUNK = 1 << 16
+_MAX_WAIT_S = 60.0  # one select() at most; the loop goes on (and epoll cannot take huge timeouts)
 
 
 class JailConfig(BaseModel):
@@ -291,8 +292,7 @@ class _Collector(BoundedOutput):
                     return "cpu"
                 cpu_check = now + max(0.01, (limits.cpu_seconds - (used or 0.0)) / cpu_rate)
             wait = min(deadline, cpu_check if cgroup is not None else deadline) - now
-            if cancel is not None:
-                wait = min(wait, Cancel.POLL_S)
+            wait = min(wait, Cancel.POLL_S if cancel is not None else _MAX_WAIT_S)
             for key, _ in self.sel.select(max(wait, 0.0)):
                 if key.data is None:
                     self.exited = True

@@ -323,3 +323,38 @@ print(max(sizes), sum(sizes), sorted(seen))
     assert int(largest) <= LIMITS.max_file_bytes
     assert int(total) <= LIMITS.work_dir_bytes
     assert str(errno.EFBIG) in errors and str(errno.ENOSPC) in errors
+
+
+SPREAD_CPU = """
+import os
+for _ in range(3):          # four busy processes, each far under the per-process CPU rlimit
+    if os.fork() == 0:
+        break
+while True:
+    pass
+"""
+
+
+def test_cpu_time_is_the_whole_runs_not_each_processes(jail_sandbox):
+    """Four processes share one CPU budget: the run stops when their sum reaches it, not 4x later."""
+    jail = jail_sandbox.backend
+    if not (jail.cgroups and "cpuacct" in jail.cgroups.bases):
+        pytest.skip(f"no cpuacct cgroup here: {jail.note}")
+    limits = LIMITS.model_copy(update={"cpu_seconds": 1.0, "wall_seconds": 20.0, "cpus": 2.0})
+    result, token = hostile(jail_sandbox, SPREAD_CPU, limits=limits)
+    assert result.status is Status.TIME_LIMIT and "CPU time of the run" in result.detail, result
+    assert 1.0 <= result.cpu_seconds < 2.0, result  # the run's total, over the limit by at most a poll
+    assert_no_leftovers(token)
+
+
+def test_a_failed_setup_releases_every_descriptor():
+    """Bad input that slips past validation fails the run, and takes nothing with it."""
+    jail = JailBackend()
+    before = len(os.listdir("/proc/self/fd"))
+    for files in ({"ok.py": b"1", "nul\0name": b"x"}, {"ok.py": b"1", "n" * 300: b"x"}):
+        for _ in range(50):
+            assert jail.run(["/bin/true"], files, b"", LIMITS).status is Status.SANDBOX_ERROR
+    huge = LIMITS.model_copy(update={"wall_seconds": 1e300, "cpu_seconds": 1e300})
+    for _ in range(20):
+        jail.run(["/bin/true"], {"ok.py": b"1"}, b"", huge)
+    assert len(os.listdir("/proc/self/fd")) == before

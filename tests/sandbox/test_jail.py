@@ -6,9 +6,10 @@ import signal
 import pytest
 
 from m1flow.status import Status
-from svc_sandbox.api import ExecRequest, InvalidRequest, Limits
+from svc_sandbox.api import ExecRequest, InvalidRequest, Limits, RunTestsRequest
 from svc_sandbox.backends.jail import JailBackend, JailConfig
 from svc_sandbox.sandbox import Sandbox
+from svc_sandbox.swe import snapshot_tar
 
 SMALL = Limits(cpu_seconds=1, wall_seconds=4, memory_bytes=256 << 20, max_processes=32)
 
@@ -120,3 +121,28 @@ def test_auto_choice_falls_back_to_the_jail_without_a_docker_engine(jail_sandbox
     if not DockerBackend.available():
         pytest.skip("a Docker engine answers here")
     assert choose_backend("auto").name == "jail"
+
+
+def test_a_missing_compiler_is_the_sandboxs_failure_not_a_compile_error(jail_sandbox, monkeypatch):
+    """'gcc: not found' says nothing about the program: SANDBOX_ERROR (dropped), never a 0."""
+    from svc_sandbox import sandbox as plans
+    broken = plans.PLANS["c"].__class__("main.c", "gcc-m1flow-missing -o prog main.c", ("./prog",), plans.PLANS["c"].probe)
+    monkeypatch.setitem(plans.PLANS, "c", broken)
+    r = Sandbox(jail_sandbox.backend)(ExecRequest(language="c", code="int main(){return 0;}", limits=SMALL))
+    assert r.status is Status.SANDBOX_ERROR and "toolchain is broken" in r.detail, r
+
+
+def test_a_missing_interpreter_is_the_sandboxs_failure(jail_sandbox):
+    broken = JailBackend()
+    broken.python = "/usr/bin/python-m1flow-missing"
+    r = Sandbox(broken)(ExecRequest(code="print(1)", limits=SMALL))
+    assert r.status is Status.SANDBOX_ERROR and "not found in the sandbox" in r.detail, r
+
+
+@pytest.mark.parametrize("command,lacks", [("python -m m1flow_no_such_module -x", "m1flow_no_such_module"),
+                                           ("m1flow-no-such-tool -x", "m1flow-no-such-tool")])
+def test_a_test_command_the_sandbox_lacks_is_the_sandboxs_failure(jail_sandbox, tmp_path, command, lacks):
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    result = jail_sandbox.run_tests(RunTestsRequest(repo_tar=snapshot_tar(tmp_path), patch="", fail_to_pass=["x"],
+                                                    test_command=command, limits=SMALL))
+    assert result.status is Status.SANDBOX_ERROR and lacks in result.detail, result
