@@ -8,37 +8,41 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from m1flow.contracts import rpc
 from svc_sandbox.api import MB, ExecRequest, InvalidRequest, Limits, RunTestsRequest, check_path, swe_limits
 from svc_sandbox.languages import canonical_language
 
-LIMIT_FIELDS = ("cpu_seconds", "wall_seconds", "memory_bytes", "max_processes", "max_file_bytes",
-                "max_output_bytes", "max_open_files", "work_dir_bytes", "cpus")
+LIMIT_FIELDS = tuple(name for name in Limits.model_fields if name != "network")  # the wire's Limits fields
+
+
+def _largest_limits() -> Limits:
+    return Limits(cpu_seconds=120, wall_seconds=300, memory_bytes=2048 * MB, max_processes=256,
+                  max_file_bytes=256 * MB, max_output_bytes=16 * MB, max_open_files=1024,
+                  work_dir_bytes=1024 * MB, cpus=2.0)
 
 
 class RequestCaps(BaseModel):
     """The most any request may ask for; larger values are refused, never quietly cut."""
-    cpu_seconds: float = Field(120.0, gt=0, description="CPU time of one run")
-    wall_seconds: float = Field(300.0, gt=0, description="wall time of one run")
-    memory_bytes: int = Field(2048 * MB, gt=0, description="memory of one run")
-    max_processes: int = Field(256, gt=0, description="processes of one run")
-    max_file_bytes: int = Field(256 * MB, gt=0, description="largest file a run may write")
-    max_output_bytes: int = Field(16 * MB, gt=0, description="stdout and stderr, each; held in our memory")
-    max_open_files: int = Field(1024, gt=3, description="open files per process")
-    work_dir_bytes: int = Field(1024 * MB, gt=0, description="private writable tree of one run")
-    cpus: float = Field(2.0, gt=0, description="CPU share of one run")
+    limits: Limits = Field(default_factory=_largest_limits,
+                           description="the largest limits a run may have (output: each stream, held in our memory)")
     input_bytes: int = Field(48 * MB, gt=0, description="code, files, stdin, snapshot and patch together")
     files: int = Field(1000, gt=0, description="files in one request")
     argv: int = Field(256, ge=0, description="program arguments in one request")
     arg_bytes: int = Field(4096, gt=0, description="one argument, test id or test command")
     test_ids: int = Field(10_000, ge=0, description="FAIL_TO_PASS and PASS_TO_PASS ids together")
 
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _over_the_largest(cls, given: object) -> object:
+        """Caps given in part (`caps: {limits: {wall_seconds: 60}}`) keep the other caps' defaults."""
+        return {**_largest_limits().model_dump(), **given} if isinstance(given, dict) else given
+
     def check_limits(self, limits: Limits, where: str = "limits") -> None:
         """InvalidRequest naming `where.<field>` for the first limit over its cap."""
         for name in LIMIT_FIELDS:
-            value, cap = getattr(limits, name), getattr(self, name)
+            value, cap = getattr(limits, name), getattr(self.limits, name)
             if value > cap:
                 raise InvalidRequest(f"{where}.{name}", f"{value} is over the server's cap of {cap}")
 

@@ -28,6 +28,7 @@ from svc_sandbox.backends.docker import SANDBOX_LABEL, DockerBackend, DockerConf
 from svc_sandbox.sandbox import Sandbox
 from svc_sandbox.swe import snapshot_tar
 from tests.reward.test_swe_verifier import F2P, LIMITS as SWE_LIMITS, P2P, diff_after, fixed, repo  # noqa: F401
+from tests.sandbox.test_jail import check_c_and_cpp
 from tests.sandbox.test_seccomp import KEYS
 
 ROOT = Path(__file__).parents[2]
@@ -140,12 +141,7 @@ def test_the_keyring_is_closed_by_the_engines_filter(docker_sandbox):
 
 
 def test_c_and_cpp_compile_and_run_in_the_image(docker_sandbox):
-    c = '#include <stdio.h>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);return 0;}'
-    r = docker_sandbox(ExecRequest(language="c", code=c, stdin=b"2 40", limits=LIMITS))
-    assert (r.status, r.stdout) == (Status.OK, b"42\n"), r
-    cpp = '#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a*b<<"\\n";}'
-    r = docker_sandbox(ExecRequest(language="cpp", code=cpp, stdin=b"6 7", limits=LIMITS))
-    assert (r.status, r.stdout) == (Status.OK, b"42\n"), r
+    check_c_and_cpp(docker_sandbox, LIMITS)
     r = docker_sandbox(ExecRequest(language="c", code="int main( {", limits=LIMITS))
     assert r.status is Status.COMPILE_ERROR, r
 

@@ -87,18 +87,14 @@ BAD_RUN_TESTS = [
 ]
 
 
-@pytest.mark.parametrize("request_, field", BAD_EXECUTE, ids=[f for _, f in BAD_EXECUTE])
-def test_a_bad_execute_field_is_invalid_argument_naming_it(stub, request_, field):
-    with pytest.raises(grpc.RpcError) as refused:
-        stub.Execute(request_, timeout=30)
-    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details().startswith(f"{field}: "), refused.value.details()
+BAD_REQUESTS = [("Execute", request, field) for request, field in BAD_EXECUTE] + [
+    ("RunTests", request, field) for request, field in BAD_RUN_TESTS]
 
 
-@pytest.mark.parametrize("request_, field", BAD_RUN_TESTS, ids=[f for _, f in BAD_RUN_TESTS])
-def test_a_bad_run_tests_field_is_invalid_argument_naming_it(stub, request_, field):
+@pytest.mark.parametrize("method, request_, field", BAD_REQUESTS, ids=[f"{m}-{f}" for m, _, f in BAD_REQUESTS])
+def test_a_bad_field_is_invalid_argument_naming_it(stub, method, request_, field):
     with pytest.raises(grpc.RpcError) as refused:
-        stub.RunTests(request_, timeout=30)
+        getattr(stub, method)(request_, timeout=30)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert refused.value.details().startswith(f"{field}: "), refused.value.details()
 
