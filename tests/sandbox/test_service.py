@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import uuid
 
@@ -157,7 +158,7 @@ def test_a_cancelled_call_and_a_passed_deadline_kill_the_run(stub):
     assert wait_for(lambda: not host_processes_with(token)), "a run outlived its caller's deadline"
 
 
-def test_a_full_queue_answers_resource_exhausted_and_frees_up_when_callers_leave(stub):
+def test_a_full_queue_answers_resource_exhausted_and_frees_up_when_callers_leave(service, stub):
     """2 running + 2 waiting fill it: the fifth call is refused at once, whichever arrives last."""
     tokens = [f"m1flow-queue-{uuid.uuid4().hex}" for _ in range(5)]
     calls = [stub.Execute.future(sleeper(token), timeout=120) for token in tokens]
@@ -166,9 +167,16 @@ def test_a_full_queue_answers_resource_exhausted_and_frees_up_when_callers_leave
         refused = [call for call in calls if call.done()]
         assert refused[0].exception().code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert wait_for(lambda: sum(bool(host_processes_with(token)) for token in tokens) == 2)
+        patient = SandboxClient(service.grpc_address)  # told RESOURCE_EXHAUSTED, it asks again
+        answered: list = []
+        waiter = threading.Thread(target=lambda: answered.append(patient(ExecRequest(code="print(3)"))))
+        waiter.start()
     finally:
         for call in calls:
             call.cancel()
     assert wait_for(lambda: not any(host_processes_with(token) for token in tokens))
+    waiter.join(60)
+    patient.close()
+    assert answered and (answered[0].status, answered[0].stdout) == (Status.OK, b"3\n"), answered
     reply = stub.Execute(execute(code="print(2)"), timeout=60)  # nothing was left holding a slot
     assert (reply.status, reply.stdout) == (Status.OK, b"2\n")
