@@ -187,9 +187,9 @@ class JailBackend:
                 start = time.monotonic()
                 proc = subprocess.Popen(args, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         pass_fds=passed, env=env, start_new_session=True)
+                return self._supervise(proc, start, limits, cgroup, status_r, cancel)
             except (OSError, subprocess.SubprocessError, ValueError) as err:
                 return ExecResult.sandbox_error(f"jail: {type(err).__name__}: {err}")
-            return self._supervise(proc, start, limits, cgroup, status_r, cancel)
 
     def _supervise(self, proc: subprocess.Popen, start: float, limits: Limits,
                    cgroup: RunCgroup | None, status_fd: int, cancel: Cancel | None) -> ExecResult:
