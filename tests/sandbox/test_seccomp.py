@@ -31,7 +31,7 @@ from tests.sandbox.test_hostile import host_processes_with
 
 PROBE = Path(__file__).with_name("seccomp_probe.py")
 ROOT = Path(__file__).parents[2]
-LIMITS = Limits(cpu_seconds=2, wall_seconds=8, max_processes=64)
+LIMITS = Limits(cpu_seconds=2, wall_seconds=30, max_processes=64)
 TEST_UIDS = 1_999_000_000  # a range of the tests' own, below the service's default one
 
 KEYS = """
