@@ -157,13 +157,16 @@ class StreamWorker:
         self._backlog: dict[TopicPartition, deque] = {}
         self._at_stop: set[TopicPartition] = set()
         self._throttled = False
+        # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
+        # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
+        # the library's default, is how long a wedged member could stop its whole group.
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, group_id=group_id, client_id=self.client_id,
             group_instance_id=self.client_id if self.static_member else None,
             partition_assignment_strategy=(CooperativeStickyAssignor,),
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.poll_records,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=600_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
+            max_poll_interval_ms=120_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
             max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
         for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
             self.consumer.partitions_for_topic(topic.name)
@@ -212,7 +215,7 @@ class StreamWorker:
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         self.liveness.handled(count)
-        self.liveness.stepped()
+        self.liveness.stepped(self.tracker.read_positions())
         return count
 
     def throttle(self, paused: bool) -> None:
