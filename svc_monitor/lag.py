@@ -16,6 +16,8 @@ class LagReader:
         for group in sorted(g["group_id"] for g in self.admin.list_groups()):
             committed = self.admin.list_group_offsets({group: None}).get(group, {})
             committed = {tp: meta.offset for tp, meta in committed.items() if meta.offset >= 0}
+            for topic in {tp.topic for tp in committed}:  # end_offsets needs the topic's metadata loaded
+                self.consumer.partitions_for_topic(topic)
             ends = self.consumer.end_offsets(list(committed)) if committed else {}
             out[group] = (sum(committed.values()),
                           sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items()))

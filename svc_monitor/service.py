@@ -41,7 +41,7 @@ class MonitorHandler(HandlerBase):
         self.versions_logged: set[int] = set()
 
     def handle(self, message, record: Record, ctx: Context) -> None:  # noqa: ANN001 - one of the topics' types
-        ts = record.timestamp or now_ms()
+        ts = record.timestamp_ms if record.timestamp_ms > 0 else now_ms()
         b = self.batch
         if isinstance(message, events.Rollout):
             b.rollouts.append(adapters.rollout_row(message, ts, self.monitor.config.window.repetition_ngram))
@@ -53,7 +53,10 @@ class MonitorHandler(HandlerBase):
         elif isinstance(message, events.Control):
             b.decisions.append(adapters.decision_row(message, self.monitor.store.latest_version() or 0))
         elif isinstance(message, events.DeadLetter):
-            b.dead_letters.append(adapters.dead_letter_row(message, ts))
+            try:
+                b.dead_letters.append(adapters.dead_letter_row(message, ts))
+            except Exception:  # noqa: BLE001 - dead-lettering a dead letter would feed `dlq` to itself
+                log.exception("could not record dead letter %s", record.position)
         elif isinstance(message, events.PolicyVersion):
             b.policies.append(adapters.policy_row(message, ts))
 
@@ -129,7 +132,7 @@ class MonitorService(Service):
         counts = self.store.counts_since(since)
         try:
             groups = self.lag.sample()
-        except KafkaError as exc:  # a broker hiccup costs one sample of lag, not the monitor
+        except (KafkaError, KeyError) as exc:  # a broker hiccup costs one sample of lag, not the monitor
             log.warning("reading consumer lag failed: %s", exc)
             groups = {}
         return OpsSample(at_s=time.monotonic(), elapsed_s=elapsed_s, groups=groups,
