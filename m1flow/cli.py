@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from m1flow.control_cli import add_parsers as add_control_parsers
 from m1flow.kafka import Broker
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
@@ -181,6 +182,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--group-size", type=int, default=8)
     f.add_argument("--run-id", default="local")
     f.set_defaults(func=cmd_feed)
+
+    add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)

@@ -136,3 +136,42 @@ def test_low_train_inference_correlation_raises_the_precision_alert(monitor):
     assert alert.severity == "critical" and alert.evidence.version_to == 2
     assert alert.evidence.signals["learner/train_infer_corr"] == pytest.approx(0.91)
     assert alert.evidence.thresholds["learner/train_infer_corr"] == 0.95
+
+
+def test_people_steer_through_the_cli_and_the_monitor_follows(monitor, capsys):
+    from m1flow.cli import main
+
+    address = monitor.get("monitor").grpc_address
+    base = ["--bootstrap", monitor.bootstrap]
+    assert main([*base, "control", "window", "12", "--reason", "back off"]) == 0
+    for action in ("recalibrate", "pause", "resume"):
+        assert main([*base, "control", action]) == 0
+    wait_for(lambda: len([d for d in report(address).decisions if d.evidence.rule == "manual"]) == 4, 30,
+             "the monitor to record the commands")
+    rep = report(address)
+    assert rep.window == 12 and rep.stage == 1  # the next advance starts from the window a person set
+    manual = [d for d in rep.decisions if d.evidence.rule == "manual"]
+    assert [d.command for d in manual] == ["resume", "pause", "recalibrate", "set_window"]
+    assert manual[-1].max_new_tokens == 12 and manual[-1].reason == "back off"
+    assert all(d.evidence.decided_by.startswith("cli:") for d in manual)
+    assert monitor_state(monitor)["length_bias"]["phase"] == "cooldown"  # a manual recalibration counts
+
+    capsys.readouterr()
+    assert main([*base, "report", "--monitor", address]) == 0
+    out = capsys.readouterr().out
+    assert "output window 12 (stage 1)" in out and "set_window 12 by cli:" in out
+    assert "precision/learner" in out and "dashboard http://127.0.0.1:" in out
+    with pytest.raises(SystemExit):
+        main([*base, "control", "window", "-3"])
+    assert "between 1 and" in capsys.readouterr().err
+
+
+def monitor_state(stack: Stack) -> dict:
+    from svc_monitor.controller import STATE_KEY
+    from svc_monitor.store import Store
+
+    store = Store(f"sqlite:///{stack.run_dir / 'monitor.db'}")
+    try:
+        return store.get_state(STATE_KEY)
+    finally:
+        store.close()
