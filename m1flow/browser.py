@@ -6,6 +6,7 @@ networking: the machine has no internet, and Chromium's calls home would fail no
 """
 from __future__ import annotations
 
+import base64
 import shutil
 import tempfile
 import time
@@ -87,12 +88,14 @@ def wait_rendered(driver: "object", timeout: float = 60.0) -> dict[str, int]:
 
 
 def screenshot_full_page(driver: "object", path: Path) -> Path:
-    """Resize the window to the whole page, let plotly re-lay out, and save a PNG."""
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(1400, height + 40)
-    time.sleep(1.0)
+    """Save a PNG of the whole page, below the fold included (DevTools' captureBeyondViewport)."""
+    width, height = driver.execute_script(
+        "const e = document.documentElement; return [e.scrollWidth, e.scrollHeight];")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
     path.parent.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(path))
+    path.write_bytes(base64.b64decode(shot["data"]))
     return path
 
 

@@ -23,8 +23,8 @@ import plotly.io as pio
 from svc_monitor.config import MonitorConfig
 from svc_monitor.store import Store
 
-LAYOUT = dict(template="plotly_white", height=300, margin=dict(l=50, r=20, t=40, b=40),
-              legend=dict(orientation="h", y=-0.2), hovermode="x unified")
+LAYOUT = dict(template="plotly_white", height=330, margin=dict(l=55, r=55, t=40, b=90),
+              legend=dict(orientation="h", y=-0.32, x=0), hovermode="x unified")
 
 
 def _time(ms: int) -> str:
@@ -41,8 +41,9 @@ def _line(fig: go.Figure, x: list, y: list, name: str, **kwargs: Any) -> None:
     fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers" if len(x) < 60 else "lines", **kwargs))
 
 
-def _threshold(fig: go.Figure, value: float, label: str) -> None:
-    fig.add_hline(y=value, line_dash="dash", line_color="firebrick", annotation_text=label)
+def _threshold(fig: go.Figure, value: float, label: str, where: str = "top right") -> None:
+    fig.add_hline(y=value, line_dash="dash", line_color="firebrick", annotation_text=label,
+                  annotation_position=where)
 
 
 def _marks(fig: go.Figure, versions: list[int], label: str, color: str) -> None:
@@ -133,11 +134,11 @@ class Figures:
 
     def genrm(self, decisions: list[dict]) -> go.Figure:
         fig = _figure("GenRM length bias per window", "policy version (window end)", "signal")
-        for name, threshold in (("genrm/length_corr", self.cfg.length_bias.corr_threshold),
-                                ("genrm/length_coef", self.cfg.length_bias.coef_threshold)):
+        for name, threshold, where in (("genrm/length_corr", self.cfg.length_bias.corr_threshold, "bottom left"),
+                                       ("genrm/length_coef", self.cfg.length_bias.coef_threshold, "top right")):
             rows = self.store.signal_series(name)
             _line(fig, [r["version_to"] for r in rows], [r["value"] for r in rows], name)
-            _threshold(fig, threshold, f"{name.split('/')[1]} threshold")
+            _threshold(fig, threshold, f"{name.split('/')[1]} threshold", where)
         _marks(fig, [d["version"] for d in decisions if d["command"] == "recalibrate"], "recalibrate", "purple")
         return fig
 
@@ -148,7 +149,7 @@ class Figures:
             _line(fig, [r["version_to"] for r in rows], [r["value"] for r in rows], name.split("/")[1])
         s = self.lengths.series()
         fig.add_trace(go.Scatter(x=s["version"], y=s["perplexity"], name="perplexity", yaxis="y2"))
-        fig.update_layout(yaxis2=dict(title="perplexity", overlaying="y", side="right"))
+        fig.update_layout(yaxis=dict(range=[0, 1]), yaxis2=dict(title="perplexity", overlaying="y", side="right"))
         return fig
 
     def precision(self) -> go.Figure:

@@ -31,15 +31,16 @@ SERVICE_ARGS = {
     "rollout": ["--max-ahead-groups", str(2 * BATCH)],
     "reward": ["--genrm-judge", "quality", "--genrm-length-bonus", "0.05", "--genrm-margin", "0.01"],
     "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
-                "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 3})],
+                "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2})],
 }
 
 
 def publish_open_prompts(producer: Producer, n: int) -> None:
-    """Open-ended prompts the GenRM judge scores (the policy answers them with what it can)."""
-    for i in range(n):
+    """Prompts the GenRM judge scores. Their text is arithmetic, the one thing the demo policy writes
+    answers of varied length to (the judge here prefers longer ones)."""
+    for i, problem in enumerate(problems(seed=7, n=n, max_operand=20)):
         producer.send(PROMPTS, f"open-{i}", events.Prompt(
-            header=codec.header("test"), prompt_id=f"open-{i}", task_type="open", text=f"Say something {i}:",
+            header=codec.header("test"), prompt_id=f"open-{i}", task_type="open", text=problem.text,
             group_size=GROUP, verifier=events.VerifierSpec(kind="genrm")))
     producer.flush()
 
@@ -50,7 +51,7 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
         stack.start(services=("learner", "reward", "rollout", "monitor"))
         producer = Producer(stack.bootstrap, "test")
         publish(producer, problems(seed=5, n=24, max_operand=20), GROUP)
-        publish_open_prompts(producer, 12)
+        publish_open_prompts(producer, 24)
         publish(producer, problems(seed=6, n=24, max_operand=20), GROUP)
         address = stack.get("monitor").grpc_address
         wait_for(lambda: len(report(address).rows) >= 2, 180, "two policy versions in the monitor")
