@@ -47,22 +47,17 @@ def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str
 
 
 def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
-    from kafka.errors import KafkaError
-
+    """Publish the command; Kafka errors go to the CLI's one-line error handling."""
     from m1flow.bus import Producer
     from m1flow.bus.topics import CONTROL
 
     msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0))
     command = msg.WhichOneof("command")
+    producer = Producer(bootstrap, "m1flow-cli")
     try:
-        producer = Producer(bootstrap, "m1flow-cli")
-        try:
-            producer.send(CONTROL, command, msg)
-        finally:
-            producer.close(timeout=30)
-    except KafkaError as exc:
-        print(f"m1flow control: could not publish on `control` at {bootstrap}: {exc}", file=sys.stderr)
-        return 1
+        producer.send(CONTROL, command, msg)
+    finally:
+        producer.close(timeout=30)
     detail = f" {msg.set_window.max_new_tokens}" if command == "set_window" else ""
     print(f"sent {command}{detail} on control (message {msg.header.message_id})")
     return 0
@@ -106,12 +101,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         address = args.monitor or local_address(args.run_dir)
         rep = report(address, max_events=args.events)
     except FileNotFoundError as exc:
-        print(f"m1flow report: {exc}", file=sys.stderr)
-        return 1
+        print(f"m1flow: error: {exc}", file=sys.stderr)
+        return 2
     except grpc.RpcError as exc:
-        print(f"m1flow report: monitor at {address} did not answer: {exc.code().name} {exc.details()}",
+        print(f"m1flow: error: monitor at {address} did not answer: {exc.code().name} {exc.details()}",
               file=sys.stderr)
-        return 1
+        return 2
     print(MessageToJson(rep, preserving_proto_field_name=True) if args.json else format_report(rep, args.rows))
     return 0
 
