@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
+from m1flow.status import INFRA_FAILURE_FROM
 from m1flow.verdicts import INFRA_FAILURE_STATUSES
 from svc_monitor.schema import (DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow, PolicyRow,
                                 RolloutRow)
 from svc_monitor.store import ScoredGroupRows
 
-INFRA_STATUS_FROM = 16  # Status enum values from 16 up are infrastructure failures
-
-
 def infra_failed(sample: events.ScoredSample) -> bool:
-    """Our infrastructure failed on this sample (its score says nothing about the policy)."""
+    """Our infrastructure failed on this sample (its score says nothing about the policy).
+
+    Reads both contracts: the `Status` enum of schema 2 and the strings of schema 1."""
     status = sample.status
     if isinstance(status, int):
-        return status >= INFRA_STATUS_FROM
+        return status >= INFRA_FAILURE_FROM
     return status in INFRA_FAILURE_STATUSES
 
 
