@@ -1,8 +1,9 @@
 """Cuts the stored history into evaluation windows and runs the decision rules over them.
 
 Windows are ranges of arrival order (row ids), so they survive a restart: the cursors and the
-rules' state are saved in the store after every evaluation, and a restarted monitor continues with
-the next window instead of starting its hysteresis over.
+rules' state are saved in the store once what the rules decided has been published (`save`), and a
+restarted monitor continues with the next window instead of starting its hysteresis over. A crash
+between deciding and saving re-evaluates the same windows: a command may go out twice, never not.
 """
 from __future__ import annotations
 
@@ -29,8 +30,13 @@ class Controller:
         self.length_bias = LengthBiasRule(cfg.length_bias, state.get("length_bias"))
         self.window = WindowStageRule(cfg.window, state.get("window"))
         self.precision = PrecisionRule(cfg.precision, state.get("precision"))
+        self.dirty = False
 
     def save(self) -> None:
+        """Persist cursors and rules' state (call after the outcomes are published)."""
+        if not self.dirty:
+            return
+        self.dirty = False
         self.store.set_state(STATE_KEY, {"cursors": self.cursors, "length_bias": self.length_bias.snapshot(),
                                          "window": self.window.snapshot(), "precision": self.precision.snapshot()})
 
@@ -61,28 +67,24 @@ class Controller:
     def evaluate(self) -> Outcome:
         """Every window completed since the last call, oldest first."""
         out = Outcome()
-        changed = False
         while (rows := self.next_genrm_window()) is not None:
             out.extend(self.length_bias.evaluate(rows, act=self._fresh(max(r.ts_ms for r in rows))))
-            changed = True
+            self.dirty = True
         while (rows := self.next_rollout_window()) is not None:
             out.extend(self.window.evaluate(rows, act=self._fresh(max(r.ts_ms for r in rows))))
-            changed = True
+            self.dirty = True
         metrics = self.store.metrics_after(self.cursors["precision"], self.cfg.precision.metric)
         if metrics:
             out.extend(self.precision.evaluate(metrics))
             self.cursors["precision"] = metrics[-1].id
-            changed = True
-        if changed:
-            self.save()
+            self.dirty = True
         return out
 
     def seen(self, decisions: list[DecisionRow]) -> None:
-        """Commands others sent on `control` (a person's, or an earlier monitor's)."""
+        """Commands a person sent on `control` (the monitor's own are in its state already)."""
         for decision in decisions:
             if decision.command == "recalibrate":
                 self.length_bias.recalibrated()
             elif decision.command == "set_window":
                 self.window.window_set(decision.max_new_tokens)
-        if decisions:
-            self.save()
+            self.dirty = True

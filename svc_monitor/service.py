@@ -68,6 +68,9 @@ class MonitorHandler(HandlerBase):
             monitor.controller.seen([d for d in written.decisions if d.evidence.get("decided_by") != DECIDED_BY])
             self._log_versions(written.groups)
         monitor.actuator.apply(monitor.controller.evaluate(), ctx)
+        if monitor.controller.dirty:
+            ctx.producer.flush()  # what the rules decided is on the broker before their state says so
+            monitor.controller.save()
         monitor.periodic(ctx)
 
     def _log_versions(self, groups: list) -> None:  # noqa: ANN001
