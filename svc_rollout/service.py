@@ -242,15 +242,11 @@ class RolloutService(Service):
                        step=engine.version)
 
     def loop(self) -> None:
-        consumer = self.stream.consumer
         while not self.stop.is_set():
             self.refresh()
             admitting = self.admitting()
             metrics.PAUSED.set(0 if admitting else 1)
-            if not admitting:
-                consumer.pause(*consumer.assignment())
-            elif consumer.paused():
-                consumer.resume(*consumer.paused())
+            self.stream.throttle(not admitting)
             busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
             self.stream.poll_ms = 0 if busy else 200  # an engine with work steps without waiting on Kafka
             self.stream.max_records = max(1, self.config.max_inflight_groups - self.engine.in_flight())
