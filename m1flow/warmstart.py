@@ -46,7 +46,8 @@ class WarmStartConfig(BaseModel):
     arch: Arch = Field("minimax_m1", description="minimax_m1: the project's hybrid model; qwen2, llama: transformers'")
     steps: int = 300
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float | None = Field(None, description="None: 3e-3 for the hybrid model (its post-norm blocks take it), "
+                                              "1e-3 for the transformers architectures")
     max_operand: int = 12
     ops: str = "+-"
     label_noise: float = 0.5
@@ -102,7 +103,8 @@ def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]
 def supervised_finetune(model: nn.Module, tok: Any, cfg: WarmStartConfig) -> list[float]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    lr = cfg.lr or (3e-3 if cfg.arch == "minimax_m1" else 1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     pairs = sft_pairs(cfg, rng)
     model.train()
@@ -114,7 +116,7 @@ def supervised_finetune(model: nn.Module, tok: Any, cfg: WarmStartConfig) -> lis
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for group in optimizer.param_groups:  # linear decay: ends on a stable, not-too-sharp policy
-            group["lr"] = cfg.lr * (1 - step / cfg.steps)
+            group["lr"] = lr * (1 - step / cfg.steps)
         optimizer.step()
         losses.append(loss.item())
     model.eval()

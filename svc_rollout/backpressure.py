@@ -16,6 +16,7 @@ every scored group it consumes towards its batch or committing it when it skips 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -62,6 +63,10 @@ class Backpressure:
         self.downstream = 0.0  # groups waiting for the reward service or the learner
         self._read_at = -float("inf")
 
+    def produced(self, groups: int = 1) -> None:
+        """Groups this replica just published: counted downstream until the next reading includes them."""
+        self.downstream += groups
+
     def refresh(self) -> None:
         if self.backlog is None or time.monotonic() - self._read_at < self.refresh_s:
             return
@@ -77,11 +82,13 @@ class Backpressure:
         """Learner steps' worth of groups that will be trained on before one sampled now."""
         return (self.downstream + in_flight_groups) / self.batch_groups
 
-    def should_pause(self, in_flight_groups: int) -> bool:
-        if self.backlog is None:
-            return False
-        ready = self.downstream >= self.batch_groups  # the learner can step without us
-        return ready and self.versions_ahead(in_flight_groups) >= 1 + self.max_ahead_versions
+    def room(self, in_flight_groups: int) -> int | None:
+        """How many more groups may be admitted now (None: no limit). Only limited while a whole
+        learner batch is already waiting downstream, so the learner can always step."""
+        if self.backlog is None or self.downstream < self.batch_groups:
+            return None
+        limit = (1 + self.max_ahead_versions) * self.batch_groups
+        return max(0, math.ceil(limit - self.downstream - in_flight_groups))
 
     def close(self) -> None:
         if self.backlog is not None:

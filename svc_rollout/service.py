@@ -188,6 +188,7 @@ class RolloutService(Service):
             for rollout in self.rollouts_for(prompt, result):
                 ctx.emit(ROLLOUTS, rollout.group_id, rollout)
             ctx.release([record])
+            self.backpressure.produced()
         self.report(ctx)
 
     def forget(self, partitions: set[tuple[str, int]]) -> None:
@@ -218,12 +219,19 @@ class RolloutService(Service):
         return out
 
     # ---- admission and metrics -------------------------------------------------------------
-    def admitting(self) -> bool:
-        """Whether new prompts may enter the engine now."""
+    def admission(self) -> tuple[int, str]:
+        """How many prompts may enter the engine now, and what holds them back when none may."""
         in_flight = self.engine.in_flight()
         self.backpressure.refresh()
-        return not (self.paused or self.policy.due(self.engine.version) or in_flight >= self.config.max_inflight_groups
-                    or self.backpressure.should_pause(in_flight))
+        if self.paused:
+            return 0, "paused by control"
+        if self.policy.due(self.engine.version):
+            return 0, f"finishing the groups in flight before loading policy v{self.policy.wanted.version}"
+        room = self.config.max_inflight_groups - in_flight
+        ahead = self.backpressure.room(in_flight)
+        if ahead is not None and ahead < max(room, 1):
+            return ahead, "" if ahead else "ahead of the learner"
+        return room, ""  # room 0: the engine holds max_inflight_groups
 
     def report(self, ctx: Context) -> None:
         engine = self.engine
@@ -242,14 +250,20 @@ class RolloutService(Service):
                        step=engine.version)
 
     def loop(self) -> None:
+        held_by = ""
         while not self.stop.is_set():
             self.refresh()
-            admitting = self.admitting()
-            metrics.PAUSED.set(0 if admitting else 1)
-            self.stream.throttle(not admitting)
+            room, reason = self.admission()
+            if reason != held_by:
+                log.info("admission %s (%s groups in flight, %.1f learner steps ahead)",
+                         f"held: {reason}" if reason else "open", self.engine.in_flight(),
+                         self.backpressure.versions_ahead(self.engine.in_flight()))
+                held_by = reason
+            metrics.PAUSED.set(0 if room > 0 else 1)
+            self.stream.throttle(room <= 0)
+            self.stream.max_records = max(1, room)
             busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
             self.stream.poll_ms = 0 if busy else 200  # an engine with work steps without waiting on Kafka
-            self.stream.max_records = max(1, self.config.max_inflight_groups - self.engine.in_flight())
             self.stream.step()
 
     def shutdown(self) -> None:
