@@ -47,16 +47,19 @@ def announce(directory: Path, version: int = 0) -> events.PolicyVersion:
                                 sha256=checkpoint.weights_sha256(directory))
 
 
-def engine_run(engine: Engine, texts: list[str], n: int, tokens: int, tag: str) -> dict:
-    """Submit every group, step until all are done; tokens generated, seconds, peak sequences in flight."""
-    started = time.perf_counter()
-    for i, text in enumerate(texts):
-        engine.submit(GroupRequest(f"{tag}-{i}", engine.prompt_ids(text), n, tokens, 1.0, 0.95, i,
-                                   NO_TRUNCATION, 0.99))
-    peak, generated = engine.sequences_in_flight(), 0
-    while engine.in_flight():
-        generated += sum(len(s.tokens) for r in engine.step() for s in r.samples)
+def engine_run(engine: Engine, texts: list[str], n: int, tokens: int, tag: str, window: int | None = None) -> dict:
+    """Keep up to `window` groups in flight (all of them by default), admitting the next as one
+    finishes, as the service does; tokens generated, seconds, peak sequences in flight."""
+    window = window or len(texts)
+    started, waiting = time.perf_counter(), list(enumerate(texts))[::-1]
+    peak, generated = 0, 0
+    while waiting or engine.in_flight():
+        while waiting and engine.in_flight() < window:
+            i, text = waiting.pop()
+            engine.submit(GroupRequest(f"{tag}-{i}", engine.prompt_ids(text), n, tokens, 1.0, 0.95, i,
+                                       NO_TRUNCATION, 0.99))
         peak = max(peak, engine.sequences_in_flight())
+        generated += sum(len(s.tokens) for r in engine.step() for s in r.samples)
     return {"tokens": generated, "seconds": time.perf_counter() - started, "peak": peak}
 
 
@@ -80,7 +83,9 @@ def engines(models: dict[str, Path], texts: list[str], n: int, tokens: int) -> l
     return rows
 
 
-def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int) -> tuple[dict, dict]:
+def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: int) -> tuple[dict, dict]:
+    """The same prompts through svc_rollout and through the bare engine, `window` groups in flight on
+    both sides (the service's max_inflight_groups)."""
     from m1flow.bus import Producer, codec
     from m1flow.bus.admin import ensure_topics
     from m1flow.bus.topics import POLICY, POLICY_KEY
@@ -90,10 +95,10 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int) -> tuple
     from m1flow.launcher import launch
     from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
 
-    bare = VllmEngine(VllmSettings(max_num_seqs=len(texts) * n), threads=1)
+    bare = VllmEngine(VllmSettings(max_num_seqs=window * n), threads=1)
     bare.load(announce(model))
     engine_run(bare, texts[:2], n, 8, "warm")
-    bare_run = engine_run(bare, texts, n, tokens, "bare")
+    bare_run = engine_run(bare, texts, n, tokens, "bare", window)
     del bare
     run = Path(tempfile.mkdtemp(prefix="m1flow-bench-rollout-"))
     broker = Broker(run / "kafka")
@@ -104,9 +109,9 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int) -> tuple
         producer.send(POLICY, POLICY_KEY, announce(model))
         producer.flush()
         proc = launch("rollout", run, bootstrap, [
-            "--engine", "vllm", "--vllm", f'{{"max_num_seqs": {len(texts) * n}}}', "--group-size", str(n),
+            "--engine", "vllm", "--vllm", f'{{"max_num_seqs": {window * n}}}', "--group-size", str(n),
             "--max-new-tokens", str(tokens), "--early-stop-run", str(NO_TRUNCATION),
-            "--max-inflight-groups", str(len(texts)), "--torch-threads", "1"])
+            "--max-inflight-groups", str(window), "--torch-threads", "1"])
         consumer = KafkaConsumer("rollouts", bootstrap_servers=bootstrap, group_id="bench", auto_offset_reset="earliest",
                                  max_partition_fetch_bytes=8 << 20)
         try:
@@ -145,7 +150,7 @@ def _publish_and_wait(producer, prompts, consumer, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--prompts", type=int, default=32, help="prompts per engine run; groups in flight in part 2")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--service-prompts", type=int, default=128)
@@ -170,8 +175,9 @@ def main() -> None:
     if args.skip_service:
         return
     texts = texts[: args.service_prompts]
-    print(f"\nservice vs bare vLLM: {len(texts)} prompts x n={args.n} x {args.tokens} new tokens", flush=True)
-    service, bare = service_vs_bare(models["qwen2"], texts, args.n, args.tokens)
+    print(f"\nservice vs bare vLLM: {len(texts)} prompts x n={args.n} x {args.tokens} new tokens, "
+          f"{args.prompts} groups in flight", flush=True)
+    service, bare = service_vs_bare(models["qwen2"], texts, args.n, args.tokens, args.prompts)
     print("\n| side | tokens | s | tokens/s | ratio |")
     print("|---|---|---|---|---|")
     bare_rate = bare["tokens"] / bare["seconds"]

@@ -41,8 +41,13 @@ class Backlog:
         return self._lag(self.reward_group, ROLLOUTS.name), self._lag(self.learner_group, SCORED.name)
 
     def _lag(self, group: str, topic: str) -> int:
-        """A group that never committed counts 0: nobody consumes yet, nothing to pace against."""
-        offsets = self.admin.list_group_offsets({group: None}).get(group, {})
+        """A group that never committed, or whose coordinator does not answer, counts 0: nobody
+        consumes (yet), nothing to pace against; the replica never waits on a reading it lacks."""
+        try:
+            offsets = self.admin.list_group_offsets({group: None}).get(group, {})
+        except KafkaError as exc:
+            log.debug("no committed offsets for %s: %s", group, exc)
+            return 0
         committed = {tp: meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset >= 0}
         ends = self.consumer.end_offsets(list(committed)) if committed else {}
         return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
@@ -73,9 +78,9 @@ class Backpressure:
         self._read_at = time.monotonic()
         try:
             reward, learner = self.backlog.lags()
-        except KafkaError as exc:  # keep the last reading; the broker will be back
+        except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
             log.warning("reading consumer lag failed: %s", exc)
-            return
+            reward = learner = 0
         self.downstream = learner + reward / max(1, self.group_size)
 
     def versions_ahead(self, in_flight_groups: int) -> float:

@@ -23,6 +23,7 @@ class RolloutConfig(ServiceConfig):
     early_stop_prob: float = Field(0.99, ge=0.5, lt=1.0, description="'near-certain': drawn with probability above this")
     max_inflight_groups: int = Field(64, ge=1, description="groups admitted into the engine at once")
     batch_groups: int = Field(8, ge=1, description="native/hf: groups decoded together per step")
+    engine_slice_s: float = Field(0.05, ge=0, description="engine steps run back to back before Kafka is served again")
     max_ahead_versions: float = Field(
         1.0, ge=0, description="pause while the groups not yet trained on exceed this many learner steps beyond "
                                "the one the learner can already take")

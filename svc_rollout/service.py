@@ -174,12 +174,21 @@ class RolloutService(Service):
         return done
 
     def advance(self, ctx: Context) -> None:
-        """Step the engine once; publish the groups that finished and release their prompts."""
+        """Step the engine for one time slice; publish the groups that finished and release their
+        prompts. A slice of several engine steps keeps Kafka's per-cycle work (poll, flush, commit)
+        from running between every decoding step."""
         while not self.oneoffs.empty():
             request, done = self.oneoffs.get_nowait()
             self.engine.submit(request)
             self.waiting[request.key] = done
-        for result in self.engine.step():
+        finished: list[GroupResult] = []
+        deadline = time.monotonic() + self.config.engine_slice_s
+        while self.engine.in_flight():
+            finished += self.engine.step()
+            room = self.engine.in_flight() < self.config.max_inflight_groups
+            if time.monotonic() >= deadline or (finished and room):  # refill the batch promptly
+                break
+        for result in finished:
             self.throughput.add(sum(len(s.tokens) for s in result.samples))
             if result.request.key.startswith(RPC_PREFIX):
                 self.waiting.pop(result.request.key).set_result(result)
