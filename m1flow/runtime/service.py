@@ -69,7 +69,7 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
     if cls.uses_kafka:
-        ensure_topics(config.bootstrap, suffix=config.output_suffix)
+        ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
                                                             config.grpc_workers)
     names = service.register(server)
