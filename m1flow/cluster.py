@@ -48,6 +48,8 @@ class ClusterConfig(BaseModel):
     topics: TopicLayout | None = Field(None, description="partitions per topic, replication factor")
     ca_bundle: str = Field("", description="PEM bundle builds and containers trust (default: the host pip's)")
     torch_index: str = Field("", description="extra pip index for torch, e.g. the CPU wheels")
+    service_env: dict[str, str] = Field(default_factory=dict,
+                                        description="further M1FLOW_<FIELD> settings for every service")
 
     def compose_env(self) -> dict[str, str]:
         env = {"M1FLOW_KAFKA_PORT": str(self.kafka_port), "M1FLOW_MONITOR_PORT": str(self.monitor_port),
@@ -57,6 +59,8 @@ class ClusterConfig(BaseModel):
             env["M1FLOW_RUN_VOLUME"] = str(Path(self.run_volume).resolve())
         if self.topics is not None:
             env["M1FLOW_TOPICS"] = self.topics.model_dump_json()
+        if self.service_env:
+            env["M1FLOW_ENV_FILE"] = str(_env_file(self.project, self.service_env))
         bundle = self.ca_bundle or next((os.environ[v] for v in CA_BUNDLE_VARS if os.environ.get(v)), "")
         if bundle:
             env["M1FLOW_CA_BUNDLE"] = bundle
@@ -196,6 +200,16 @@ def image_key(base_image: str) -> str:
     for name in IMAGE_INPUTS:
         digest.update((ROOT / name).read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _env_file(project: str, values: dict[str, str]) -> Path:
+    """The settings as a compose env file, kept outside the checkout (one per project)."""
+    path = Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow")) / "docker" / f"{project}.env"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # single quotes: compose takes the value literally (no $-interpolation)
+    path.write_text("".join(f"{key}='{value}'\n" if "'" not in value else f"{key}={value}\n"
+                            for key, value in values.items()))
+    return path
 
 
 def _script(name: str, extra_env: dict[str, str] | None = None) -> str:

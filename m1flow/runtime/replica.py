@@ -52,7 +52,7 @@ def _nameservers(resolv_conf: Path) -> list[str]:
     return [line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1]
 
 
-def reverse_lookup(address: str, server: str, timeout: float = 2.0) -> str:
+def reverse_lookup(address: str, server: str, timeout: float = 2.0, port: int = 53) -> str:
     """The PTR name of an IPv4 address, asked of one DNS server over UDP."""
     ident = random.randrange(1 << 16)
     labels = [*reversed(address.split(".")), "in-addr", "arpa"]
@@ -61,7 +61,7 @@ def reverse_lookup(address: str, server: str, timeout: float = 2.0) -> str:
              + struct.pack(">HH", _PTR, 1))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(timeout)
-        sock.sendto(query, (server, 53))
+        sock.sendto(query, (server, port))
         reply, _ = sock.recvfrom(4096)
     got_ident, flags, questions, answers = struct.unpack(">HHHH", reply[:8])
     if got_ident != ident or flags & 0x000F or not answers:
