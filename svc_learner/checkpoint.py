@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class LearnerState:
 
 
 def save(root: Path, model: MiniMaxM1ForCausalLM, optimizer: torch.optim.Optimizer | None,
-         state: LearnerState, tokenizer_json: str, keep: int = 3) -> tuple[Path, str]:
+         state: LearnerState, tokenizer_json: str, keep: int = 3, grace_s: float = 60.0) -> tuple[Path, str]:
     """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"v{state.version:06d}"
@@ -50,9 +51,23 @@ def save(root: Path, model: MiniMaxM1ForCausalLM, optimizer: torch.optim.Optimiz
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
     _fsync_dir(root)
-    for old in sorted(root.glob("v*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    rotate(root, keep, grace_s)
     return final, weights_sha256(final)
+
+
+def rotate(root: Path, keep: int, grace_s: float) -> list[Path]:
+    """Remove checkpoints older than the newest `keep`, but only those superseded more than
+    `grace_s` ago: a reader that was handed a checkpoint when it was current (a rollout replica
+    loading the announced version) has that long to read it before it may vanish."""
+    done = sorted(p for p in root.glob("v*") if p.is_dir())
+    removed = []
+    now = time.time()
+    for old, successor in zip(done[:-keep], done[1:]):
+        superseded = (successor / STATE_FILE).stat().st_mtime if (successor / STATE_FILE).exists() else now
+        if now - superseded >= grace_s:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
 
 
 def latest(root: Path) -> Path | None:

@@ -55,7 +55,7 @@ class Trainer:
 
     def _save(self):
         return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_json,
-                               keep=self.cfg.keep_checkpoints)
+                               keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
     def update(self, groups: list[events.ScoredGroup], version: int) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same groups."""

@@ -16,5 +16,5 @@ class RolloutConfig(ServiceConfig):
     early_stop_run: int = Field(3000, description="stop after this many consecutive near-certain tokens")
     early_stop_prob: float = 0.99
     max_ahead_groups: int = Field(32, description="pause after this many groups on one policy version")
-    policy_wait_s: float = Field(120.0, description="how long start-up waits for a first policy")
+    policy_retry_s: float = Field(5.0, description="retry a policy that failed to load after this long")
     torch_threads: int = 1

@@ -6,10 +6,12 @@ import time
 
 import grpc
 import torch
+from kafka.errors import KafkaError
 
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
+from m1flow.policy_follower import PolicyFollower
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy import seed_for
 from m1flow.runtime import logs
@@ -56,6 +58,7 @@ class RolloutService(Service):
         super().__init__(config)
         self.config: RolloutConfig = config
         self.engine = NativeEngine()
+        self.policy = PolicyFollower(config.policy_retry_s)
         self.window = config.max_new_tokens
         self.paused = False
         self.groups_on_version = 0
@@ -67,20 +70,33 @@ class RolloutService(Service):
 
     def start(self) -> None:
         self.watcher = TopicWatcher(self.config.bootstrap, (POLICY, CONTROL), f"rollout-{self.config.replica}-watch")
-        deadline = time.monotonic() + self.config.policy_wait_s
-        while self.engine.version < 0:
+        self._catch_up()
+        waited = time.monotonic()
+        while self.engine.version < 0 and not self.stop.is_set():
+            if time.monotonic() - waited > 30:
+                log.warning("still no loadable policy on `policy`; waiting (start the learner or publish one)")
+                waited = time.monotonic()
             self.refresh(timeout_ms=500)
-            if time.monotonic() > deadline or self.stop.is_set():
-                raise RuntimeError("no policy announced on `policy`: start the learner or publish one")
         self.stream = self.worker(PromptHandler(self), max_records=1)
+
+    def _catch_up(self) -> None:
+        """Apply the whole history of `policy` and `control`, however long, before serving."""
+        while not self.stop.is_set():
+            try:
+                self.apply(self.watcher.catch_up())
+                return
+            except (TimeoutError, KafkaError) as exc:
+                log.warning("reading `policy` and `control` to their end failed, retrying: %s", exc)
 
     def refresh(self, timeout_ms: int = 0) -> None:
         """Apply new policy versions and control commands."""
-        newest = None
-        for msg in self.watcher.poll(timeout_ms):
+        self.apply(self.watcher.poll(timeout_ms))
+
+    def apply(self, messages: list) -> None:
+        """Take the newest announced policy and the control commands, in order."""
+        for msg in messages:
             if isinstance(msg, events.PolicyVersion):
-                if newest is None or msg.version > newest.version:
-                    newest = msg
+                self.policy.announce(msg)
             elif msg.HasField("set_window"):
                 self.window = msg.set_window.max_new_tokens
                 log.info("output window set to %s", self.window)
@@ -88,8 +104,7 @@ class RolloutService(Service):
                 self.paused = True
             elif msg.HasField("resume"):
                 self.paused = False
-        if newest is not None and newest.version > self.engine.version:
-            self.engine.load(newest)
+        if self.policy.load_if_due(self.engine):
             self.groups_on_version = 0
 
     def rollouts_for(self, prompt: events.Prompt) -> list[events.Rollout]:
@@ -123,14 +138,9 @@ class RolloutService(Service):
         return self.paused or self.groups_on_version >= self.config.max_ahead_groups
 
     def loop(self) -> None:
-        consumer = self.stream.consumer
         while not self.stop.is_set():
             self.refresh()
-            assigned = consumer.assignment()
-            if self.should_wait():
-                consumer.pause(*assigned)
-            elif consumer.paused():
-                consumer.resume(*consumer.paused())
+            self.stream.throttle(self.should_wait())
             self.stream.step()
 
     def shutdown(self) -> None:

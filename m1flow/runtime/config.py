@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field, field_validator
 from m1flow.bus.topics import TopicLayout
 from m1flow.runtime.replica import container_replica
 
+from m1flow.bus.liveness import LivenessConfig
+
 T = TypeVar("T", bound="ServiceConfig")
 
 
@@ -36,6 +38,8 @@ class ServiceConfig(BaseModel):
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
     stop_offsets: dict[str, int] | None = Field(
         None, description="replay: stop at these offsets ('topic/partition' -> end) and exit")
+    liveness: LivenessConfig = Field(default_factory=LivenessConfig,
+                                     description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"
     log_json: bool = True
     topics: TopicLayout = Field(default_factory=TopicLayout,

@@ -118,3 +118,23 @@ def test_fused_head_loss_takes_the_same_steps_as_logprobs_then_loss(algo):
         assert fused_stats[key] == pytest.approx(plain_stats[key], rel=1e-5, abs=1e-7), key
     for p, q in zip(fused_model.parameters(), plain_model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def test_checkpoint_rotation_keeps_superseded_ones_for_their_grace_period(tmp_path):
+    """A reader handed the current checkpoint has grace_s to read it before rotation may remove it."""
+    import os
+    import time
+
+    from svc_learner.checkpoint import STATE_FILE, rotate
+
+    now = time.time()
+    for version, superseded_ago in enumerate([500, 400, 30, 20, 10, 0]):
+        d = tmp_path / f"v{version:06d}"
+        d.mkdir()
+        (d / STATE_FILE).write_text("{}")
+        os.utime(d / STATE_FILE, (now - superseded_ago, now - superseded_ago))
+    # v0 was superseded when v1 was written (400 s ago), v1 when v2 was (30 s ago), ...
+    removed = rotate(tmp_path, keep=2, grace_s=60)
+    assert [p.name for p in removed] == ["v000000"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"v{v:06d}" for v in range(1, 6)]
+    assert [p.name for p in rotate(tmp_path, keep=2, grace_s=0)] == ["v000001", "v000002", "v000003"]

@@ -1,0 +1,55 @@
+"""svc_rollout finds the newest policy however long `policy` is, and no load failure kills it.
+
+Before: the service took the newest announcement of its first poll (at most 500 records), so once
+`policy` held more, every restart picked a rotated-away checkpoint and crashed, forever.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from m1flow.bus import Producer, codec
+from m1flow.bus.topics import POLICY, POLICY_KEY
+from m1flow.contracts import events
+from m1flow.policy import uri_for, weights_sha256
+from m1flow.stack import Stack
+from m1flow.warmstart import warm_started_policy
+
+from tests.integration.helpers import wait_for
+
+
+def announce(producer: Producer, version: int, directory: Path, sha: str = "") -> None:
+    msg = events.PolicyVersion(header=codec.header("test", policy_version=version), version=version,
+                               checkpoint_uri=uri_for(directory), sha256=sha)
+    producer.send(POLICY, POLICY_KEY, msg)
+
+
+def loaded(stack: Stack, version: int) -> bool:
+    return f"loaded policy version {version} " in stack.get("rollout").tail(400)
+
+
+def test_rollout_starts_on_the_newest_of_many_announcements_and_survives_bad_ones(tmp_path):
+    policy = warm_started_policy(tmp_path / "policy0")
+    sha = weights_sha256(policy)
+    stack = Stack(tmp_path / "run")
+    try:
+        stack.start_broker()
+        producer = Producer(stack.bootstrap, "test-policy")
+        for version in range(1, 1201):  # rotated away long ago: only the newest exists
+            announce(producer, version, tmp_path / f"gone-v{version}")
+        announce(producer, 1201, policy, sha)
+        producer.flush()
+        rollout = stack.start_service("rollout")
+        assert loaded(stack, 1201)
+        assert "gone-v" not in rollout.tail(400)  # it never even tried a stale one
+
+        announce(producer, 1202, tmp_path / "missing")  # a failed load must not kill the service
+        announce(producer, 1203, policy, "0" * 64)  # nor a checksum mismatch
+        producer.flush()
+        wait_for(lambda: "policy v1203" in rollout.tail(400), 60, "the bad announcements tried")
+        assert rollout.alive()
+        announce(producer, 1204, policy, sha)
+        producer.flush()
+        wait_for(lambda: loaded(stack, 1204), 60, "the next good policy loaded")
+        assert rollout.alive()
+    finally:
+        stack.stop()
