@@ -3,7 +3,7 @@ for this machine and a status table.
 
 `docker compose up` alone works where the public images can be pulled. This command also makes the
 engine answer (scripts/docker_engine.sh), picks local stand-in images where no registry answers
-(scripts/docker_images.sh), the sandbox's run image (scripts/sandbox_image.sh, when present), tags
+(scripts/docker_images.sh), builds the sandbox's run image (scripts/sandbox_image.sh), tags
 the services' image by the hash of what its heavy layers are built from, passes the CA bundle the
 host's pip trusts to the build and the containers, and removes the dangling images its builds leave.
 """
@@ -100,13 +100,12 @@ class Cluster:
             return self._env
         _script("docker_engine.sh")
         env = {**os.environ, **self.config.compose_env()}
-        for line in _script("docker_images.sh").splitlines():
+        for line in _script("docker_images.sh").splitlines():  # what the caller set wins
             key, _, value = line.partition("=")
-            env[key] = value
-        if (SCRIPTS / "sandbox_image.sh").exists():  # svc_sandbox's run image (compilers, git, pytest)
-            tag = _script("sandbox_image.sh", {"M1FLOW_SANDBOX_BASE": env["M1FLOW_BASE_IMAGE"]}).strip()
-            env["M1FLOW_SANDBOX_IMAGE"] = tag.splitlines()[-1]
-        env.setdefault("M1FLOW_SANDBOX_IMAGE", env["M1FLOW_BASE_IMAGE"])
+            env.setdefault(key, value)
+        # svc_sandbox's run image (compilers, git, patch, pytest)
+        tag = _script("sandbox_image.sh", {"M1FLOW_SANDBOX_BASE": env["M1FLOW_SANDBOX_BASE"]})
+        env["M1FLOW_SANDBOX_IMAGE"] = tag.strip().splitlines()[-1]
         env.setdefault("M1FLOW_IMAGE", f"m1flow:{image_key(env['M1FLOW_BASE_IMAGE'])}")
         self._env = env
         return env
@@ -124,11 +123,18 @@ class Cluster:
             raise ClusterError(f"`docker compose {' '.join(args)}` exited with {out.returncode}{detail}")
         return out
 
-    def build(self, quiet: bool = False) -> None:
-        """Build the services' image (once: only policy0 names the build) and drop the copy it replaced."""
-        self.compose("build", capture=quiet)
+    def build(self, quiet: bool = False, keep: int = 2) -> None:
+        """Build the services' image (once: only policy0 names the build), drop the copy it replaced,
+        and all but the `keep` newest images of other requirement sets (other checkouts may use them)."""
+        self.compose("build", "policy0", capture=quiet)  # the sandbox image: scripts/sandbox_image.sh
         subprocess.run(["docker", "image", "prune", "-f", "--filter", "label=org.m1flow.image=services"],
                        capture_output=True, check=False)
+        listed = subprocess.run(["docker", "images", "--filter", "label=org.m1flow.image=services",
+                                 "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True)
+        current = self.prepare()["M1FLOW_IMAGE"]
+        older = [tag for tag in listed.stdout.split() if tag != current][max(0, keep - 1):]  # newest first
+        if older:  # an image a container still uses stays (docker refuses without -f)
+            subprocess.run(["docker", "rmi", *older], capture_output=True, check=False)
 
     # ---------------------------------------------------------------- lifecycle
     def up(self, scale: dict[str, int] | None = None, build: bool = True, timeout_s: float = 900,

@@ -2,6 +2,7 @@
 # Decide which base images the cluster builds on, and print them as KEY=VALUE lines for compose:
 #   M1FLOW_BASE_IMAGE   the Python image the project's Dockerfile starts from
 #   M1FLOW_KAFKA_IMAGE  the broker's image
+#   M1FLOW_SANDBOX_BASE the base of svc_sandbox's run image (scripts/sandbox_image.sh): any Debian
 # Where an image registry answers: the public images (python:3.11-slim, apache/kafka). Where none
 # does (these machines): local stand-ins, built once and kept by the engine, from a debootstrap
 # Debian base (its rootfs tarball cached outside the checkout) and, for Kafka, the same Maven jars
@@ -18,6 +19,7 @@ mkdir -p "$state"
 exec 8>"$state/.images.lock"
 flock 8
 
+timeout 20 docker info >/dev/null 2>&1 || { echo "docker_images: no Docker engine answers (scripts/docker_engine.sh)" >&2; exit 3; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 log() { echo "docker_images: $*" >&2; }
 # A short hash of files: a stand-in is rebuilt when what it is built from changes.
@@ -90,8 +92,10 @@ kafka_context() {
 if registry_answers; then
   python_image="$public_python"
   kafka_image="$public_kafka"
+  sandbox_base="$public_python"
 else
   base="$(debian_base)"
+  sandbox_base="$base"
   python_image="m1flow/python:3.11-bookworm-$(digest "$here/docker/python/Dockerfile")"
   build_stand_in "$python_image" "$here/docker/python" "$base"
   kafka_image="m1flow/kafka:$kafka_version-$(digest "$here"/docker/kafka/*)"
@@ -103,3 +107,4 @@ else
 fi
 echo "M1FLOW_BASE_IMAGE=$python_image"
 echo "M1FLOW_KAFKA_IMAGE=$kafka_image"
+echo "M1FLOW_SANDBOX_BASE=$sandbox_base"

@@ -112,8 +112,9 @@ class _Rebalance(ConsumerRebalanceListener):
         self.worker = worker
 
     def on_partitions_revoked(self, revoked):  # noqa: ANN001 - kafka-python signature
-        self.worker._events.append(("revoked", {(tp.topic, tp.partition) for tp in revoked}))
-        self.worker.liveness.revoked()
+        partitions = {(tp.topic, tp.partition) for tp in revoked}
+        self.worker._events.append(("revoked", partitions))
+        self.worker.liveness.revoked(partitions)
 
     def on_partitions_assigned(self, assigned):  # noqa: ANN001
         self.worker._events.append(("assigned", {(tp.topic, tp.partition) for tp in assigned}))

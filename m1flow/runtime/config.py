@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, Field, field_validator
 
+from m1flow.bus.liveness import LivenessConfig
 from m1flow.bus.topics import TopicLayout
 from m1flow.runtime.replica import container_replica
-
-from m1flow.bus.liveness import LivenessConfig
 
 T = TypeVar("T", bound="ServiceConfig")
 

@@ -20,7 +20,7 @@ from m1flow.cluster import Cluster, ClusterConfig
 from m1flow.contracts import rpc, rpc_grpc
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
-SERVICES = ("svc_sandbox", "svc_reward", "svc_learner", "svc_rollout", "svc_monitor")
+SERVICES = ("svc_sandbox", "svc_reward", "svc_learner", "svc_rollout", "svc_monitor")  # with /metrics
 BATCH_GROUPS = 4
 PHASES: dict[str, float] = {}
 
@@ -107,6 +107,29 @@ def test_cluster_comes_up_healthy_and_runs_the_loop(cluster):
     shown = re.search(r"policy v(\d+)", table)
     assert shown and int(shown.group(1)) >= version
     assert all(service in table for service in SERVICES)
+
+
+SANDBOX_CALL = """
+from svc_sandbox.api import ExecRequest
+from svc_sandbox.client import SandboxClient
+client = SandboxClient("sandbox:50051")
+r = client(ExecRequest(language="c", code='#include <stdio.h>\\nint main(){printf("%d", 6*7);return 0;}'))
+print(r.status.name, r.stdout.decode())
+"""
+
+
+def test_reward_reaches_the_sandbox_whose_runs_go_through_the_socket_proxy(cluster):
+    """A C program compiled and run in the sandbox's run image, called from a reward container the way
+    the code verifier calls it: svc_reward -> svc_sandbox (no socket) -> docker_proxy -> engine."""
+    reward = cluster.containers("svc_reward")[0].name
+    out = subprocess.run(["docker", "exec", reward, "python", "-c", SANDBOX_CALL], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.split() == ["OK", "42"], out.stdout + out.stderr
+    proxy = cluster.containers("docker_proxy")[0]
+    assert proxy.state == "running" and proxy.health == "healthy"
+    mounts = subprocess.run(["docker", "inspect", "-f", "{{range .Mounts}}{{.Source}} {{end}}",
+                             cluster.containers("svc_sandbox")[0].name], capture_output=True, text=True).stdout
+    assert "docker.sock" not in mounts
 
 
 def members(bootstrap: str, group: str) -> dict[str, list[int]]:

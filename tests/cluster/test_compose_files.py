@@ -26,10 +26,25 @@ def compose(docker_engine) -> dict:
 
 def test_one_service_builds_the_image_every_service_runs(compose):
     services = compose["services"]
-    assert [name for name, s in services.items() if "build" in s] == ["policy0"]
+    # policy0 builds the services' image; sandbox_image the sandbox's run image; nothing else builds
+    assert sorted(name for name, s in services.items() if "build" in s) == ["policy0", "sandbox_image"]
     image = services["policy0"]["image"]
-    assert all(services[name]["image"] == image for name in SERVICES)
+    assert all(services[name]["image"] == image for name in (*SERVICES, "docker_proxy"))
     assert services["policy0"]["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim"
+    assert services["sandbox_image"]["build"]["context"].endswith("docker/sandbox")
+
+
+def test_only_the_socket_proxy_holds_the_engine_socket(compose):
+    services = compose["services"]
+    holders = [name for name, s in services.items()
+               if any(v.get("source") == "/var/run/docker.sock" for v in s.get("volumes", ()))]
+    assert holders == ["docker_proxy"]
+    assert set(services["docker_proxy"]["networks"]) == {"sandbox-engine"}  # svc_sandbox's network only
+    assert compose["networks"]["sandbox-engine"]["internal"] is True
+    assert {name for name, s in services.items() if "sandbox-engine" in (s.get("networks") or {})} == {
+        "docker_proxy", "svc_sandbox"}
+    settings = json.loads(services["svc_sandbox"]["environment"]["M1FLOW_DOCKER"])
+    assert settings == {"engine": "tcp://docker-proxy:2375", "image": "m1flow-sandbox:latest"}
 
 
 def test_base_images_and_ca_bundle_come_from_variables(docker_engine):
