@@ -79,3 +79,10 @@ def test_gpu_override_reserves_gpus_for_rollout_and_learner_only(docker_engine):
     assert {name for name, devices in reserved.items() if devices} == {"svc_rollout", "svc_learner"}
     assert reserved["svc_rollout"][0]["driver"] == "nvidia" and reserved["svc_rollout"][0]["count"] == 2
     assert reserved["svc_learner"][0]["capabilities"] == ["gpu"]
+
+
+def test_topic_layout_reaches_every_service_only_when_given(compose, docker_engine):
+    assert all(compose["services"][name]["environment"].get("M1FLOW_TOPICS") is None for name in SERVICES)
+    layout = '{"partitions": {"rollouts": 8}}'
+    got = config("docker-compose.yml", M1FLOW_TOPICS=layout)
+    assert all(got["services"][name]["environment"]["M1FLOW_TOPICS"] == layout for name in SERVICES)
