@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from m1flow.control_cli import add_parsers as add_control_parsers
 from m1flow.kafka import Broker, BrokerError
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
@@ -277,6 +278,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--run-id", default="local")
     f.add_argument("--prefix", help="prompt id prefix (default: a fresh one, so ids never repeat)")
     f.set_defaults(func=cmd_feed)
+
+    add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)

@@ -9,7 +9,8 @@ offsets and the group's committed offsets of the partitions this member owns), a
 service's health with the reason:
 
 * joining: no assignment for `join_after_s` since start or the last revocation;
-* stalled: its partitions have lag, it is not throttled, and it handled nothing for `stall_after_s`;
+* stalled: its partitions have records it has not read, it is not throttled, and it handled nothing
+  for `stall_after_s` (records it read and holds, such as a partial batch, are not lag);
 * stuck: the loop has not completed a step for `stall_after_s` (a handler that never returns);
 * broker unreachable for `broker_down_after_s`.
 
@@ -60,6 +61,7 @@ class Liveness:
         self._owned: set[tuple[str, int]] | None = set() if assigned_mode else None  # None: not assigned yet
         self._waiting_since: float | None = None if assigned_mode else now
         self._throttled = False
+        self._read: dict[tuple[str, int], int] = {}  # next offset to read, per partition, as the loop saw it
         self._broker_ok_at = now
         self.health = Health(False, "joining the consumer group")
         self._stop = threading.Event()
@@ -72,9 +74,12 @@ class Liveness:
                 self._handled += n
                 self._progress_at = time.monotonic()
 
-    def stepped(self) -> None:
+    def stepped(self, read: dict[tuple[str, int], int] | None = None) -> None:
+        """A step completed; `read`: the next offset to read per partition, as far as handled."""
         with self._lock:
             self._step_at = time.monotonic()
+            if read is not None:
+                self._read = dict(read)
 
     def assigned(self, partitions: set[tuple[str, int]]) -> None:
         with self._lock:
@@ -129,6 +134,7 @@ class Liveness:
     def _lag(self, consumer: KafkaConsumer, admin: KafkaAdminClient) -> int:
         with self._lock:
             owned = set(self._owned or ())
+            read = dict(self._read)
         if not owned:
             return 0
         parts = [TopicPartition(t, p) for t, p in owned]
@@ -137,7 +143,7 @@ class Liveness:
         behind = 0
         for tp in parts:
             meta = committed.get(tp)
-            start = meta.offset if meta is not None and meta.offset >= 0 else 0
+            start = max(meta.offset if meta is not None and meta.offset >= 0 else 0, read.get((tp.topic, tp.partition), 0))
             behind += max(0, ends.get(tp, 0) - start)
         return behind
 

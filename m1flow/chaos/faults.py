@@ -24,7 +24,7 @@ SERVICE_FAULTS = ("kill9", "sigterm")
 BROKER_FAULTS = ("broker_freeze", "broker_kill9")
 INPUT_FAULTS = ("garbage_rollouts", "garbage_scored", "truncated_scored")
 # which consumer groups must dead-letter a bad record on each topic
-READERS = {"rollouts": ("m1flow-reward",), "scored": ("m1flow-learner", "m1flow-monitor")}
+READERS = {"rollouts": ("m1flow-reward", "m1flow-monitor"), "scored": ("m1flow-learner", "m1flow-monitor")}
 
 
 @dataclass(frozen=True)

