@@ -172,10 +172,15 @@ class ClusterChaos:
         return None
 
     def restarts(self) -> str:
-        """How often Docker restarted each container on its own (crashes, not the runner's kills)."""
+        """How often Docker restarted each container on its own (crashes, not the runner's kills), and
+        the last warnings of any container that is unhealthy now."""
         lines = []
         for c in self.cluster.containers():
             out = subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", c.name],
                                  capture_output=True, text=True)
             lines.append(f"{c.name}: {out.stdout.strip() or '?'} restarts by policy, now {c.status}")
+            if c.health == "unhealthy":  # why, in its own words
+                logs = subprocess.run(["docker", "logs", "--tail", "400", c.name], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True).stdout.splitlines()
+                lines += [f"    {line[:240]}" for line in [l for l in logs if '"WARNING"' in l or '"ERROR"' in l][-3:]]
         return "containers:\n  " + "\n  ".join(lines)

@@ -93,6 +93,8 @@ def test_cluster_comes_up_healthy_and_runs_the_loop(cluster):
         if c.service in SERVICES:
             with urllib.request.urlopen(c.metrics_url, timeout=10) as page:
                 assert b"# TYPE" in page.read(), c.name
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.config.dashboard_port}/", timeout=10) as page:
+        assert page.status == 200 and b"<html" in page.read().lower()  # the monitor's dashboard
 
     t = time.monotonic()
     cluster.feed(24, seed=11, group_size=4, prefix="up")
