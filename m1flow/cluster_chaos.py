@@ -183,4 +183,23 @@ class ClusterChaos:
                 logs = subprocess.run(["docker", "logs", "--tail", "400", c.name], stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True).stdout.splitlines()
                 lines += [f"    {line[:240]}" for line in [l for l in logs if '"WARNING"' in l or '"ERROR"' in l][-3:]]
-        return "containers:\n  " + "\n  ".join(lines)
+        return "containers:\n  " + "\n  ".join(lines) + "\n" + self.assignments()
+
+    def assignments(self) -> str:
+        """Which member of each consumer group owns which partitions, as the broker sees it."""
+        from m1flow.bus.admin import admin_client
+
+        try:
+            admin = admin_client(self.cluster.bootstrap)
+            try:
+                groups = admin.describe_groups(["m1flow-rollout", "m1flow-reward", "m1flow-learner"])
+            finally:
+                admin.close()
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not fail the run it describes
+            return f"partitions by member: unknown ({exc})"
+        lines = []
+        for name, group in sorted(groups.items()):
+            owned = {m["client_id"]: sorted(f"{a['topic']}/{p}" for a in m["member_assignment"]["assigned_partitions"]
+                                            for p in a["partitions"]) for m in group.get("members", ())}
+            lines.append(f"  {name} ({group.get('group_state')}): " + "; ".join(f"{k} {v}" for k, v in sorted(owned.items())))
+        return "partitions by member:\n" + "\n".join(lines)
