@@ -110,14 +110,21 @@ class Cluster:
         self._env = env
         return env
 
+    def _light_env(self) -> dict[str, str]:
+        """Enough for commands that build and create nothing (ps, down): no images made or looked up."""
+        if self._env is not None:
+            return self._env
+        _script("docker_engine.sh")
+        return {**os.environ, **self.config.compose_env()}
+
     def compose(self, *args: str, capture: bool = False, check: bool = True,
-                timeout: float | None = None) -> subprocess.CompletedProcess:
+                timeout: float | None = None, light: bool = False) -> subprocess.CompletedProcess:
         files = ["-f", str(ROOT / "docker-compose.yml")]
         if self.config.gpu:
             files += ["-f", str(ROOT / "docker-compose.gpu.yml")]
         cmd = ["docker", "compose", "-p", self.config.project, *files, *args]
-        out = subprocess.run(cmd, cwd=ROOT, env=self.prepare(), text=True, timeout=timeout,
-                             capture_output=capture)
+        out = subprocess.run(cmd, cwd=ROOT, env=self._light_env() if light else self.prepare(), text=True,
+                             timeout=timeout, capture_output=capture)
         if check and out.returncode != 0:
             detail = f":\n{(out.stdout or '')[-2000:]}{(out.stderr or '')[-2000:]}" if capture else ""
             raise ClusterError(f"`docker compose {' '.join(args)}` exited with {out.returncode}{detail}")
@@ -148,7 +155,8 @@ class Cluster:
         self.compose(*args, capture=True)
 
     def down(self, volumes: bool = True) -> None:
-        self.compose("down", "--remove-orphans", "-t", "20", *(["-v"] if volumes else []), capture=True)
+        self.compose("down", "--remove-orphans", "-t", "20", *(["-v"] if volumes else []), capture=True,
+                     light=True)
 
     def feed(self, n: int, seed: int = 1, group_size: int = 8, prefix: str = "arith") -> list[str]:
         """Publish n arithmetic prompts from the host; returns their prompt ids."""
@@ -166,7 +174,8 @@ class Cluster:
 
     # ---------------------------------------------------------------- inspection
     def containers(self, service: str | None = None) -> list[Container]:
-        out = self.compose("ps", "--all", "--format", "json", *([service] if service else []), capture=True)
+        out = self.compose("ps", "--all", "--format", "json", *([service] if service else []), capture=True,
+                           light=True)
         rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip().startswith("{")]
         found = []
         for row in rows:
@@ -189,9 +198,10 @@ class Cluster:
 
     def status_table(self) -> str:
         containers = self.containers()
-        version = self.policy_version()
+        broker_up = any(c.service == "kafka" and c.state == "running" for c in containers)
+        version = self.policy_version() if broker_up else None
         lines = [f"project {self.config.project}   broker {self.bootstrap}   "
-                 f"policy {('v' + str(version)) if version is not None else 'unknown (broker down?)'}",
+                 f"policy {('v' + str(version)) if version is not None else 'unknown (broker down)'}",
                  f"monitor Monitor.Report 127.0.0.1:{self.config.monitor_port}   "
                  f"dashboard http://127.0.0.1:{self.config.dashboard_port}/",
                  f"{'service':<14}{'replica':>7}  {'state':<10}{'health':<11}{'metrics':<36}status"]
