@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError, Message
 from m1flow.contracts import events
 
 MAGIC = b"M1"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _FRAME = struct.Struct(">2sH")
 
 

@@ -71,6 +71,10 @@ class Context:
     def dead_letter(self, record: Record, error: str) -> None:
         self._worker.dead_letter(record, error)
 
+    def lag(self) -> int:
+        """Records between this consumer's position and the end of its input (see StreamWorker.lag)."""
+        return self._worker.lag()
+
 
 class Handler(Protocol):
     """topics: what to consume. A handler may set `dead_letter_errors` to the exception types that
@@ -182,6 +186,18 @@ class StreamWorker:
         self.flush_and_commit()
         return count
 
+    def lag(self) -> int:
+        """Records left to read on the assigned partitions, up to their end (replay: their stop offsets).
+
+        Asks the broker for the end offsets (KafkaError when it cannot be reached); 0 means caught up.
+        """
+        parts = list(self.consumer.assignment())
+        if not parts:
+            return 0
+        ends = self.consumer.end_offsets(parts)
+        return sum(max(0, min(ends[tp], self._stop_at(tp.topic, tp.partition)) - self.consumer.position(tp))
+                   for tp in parts)
+
     def _stop_at(self, topic: str, partition: int) -> float:
         if self.stop_offsets is None:
             return float("inf")
@@ -206,7 +222,8 @@ class StreamWorker:
             self.dead_letter(record, f"undecodable: {exc}")
             return
         message_id = message.header.message_id if message.HasField("header") else ""
-        if self.seen.seen(f"{record.topic}:{message_id}" if message_id else ""):
+        seen_key = f"{record.topic}:{message_id}" if message_id else ""
+        if self.seen.seen(seen_key):
             self.stats["duplicates"] += 1
             self.tracker.done(record.topic, record.partition, record.offset)
             return
@@ -215,6 +232,7 @@ class StreamWorker:
             self.stats["handled"] += 1
         except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
             log.warning("handler failed on %s: %s", record.position, exc)
+            self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
             self.ctx.drop_hold(record)
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
             return

@@ -175,7 +175,7 @@ class MathVerifierPool:
             try:
                 worker.conn.send(job)
                 if not worker.conn.poll(deadline):
-                    return ScoreResult.failed(Status.TIMEOUT, f"math-verify over {deadline:.1f}s")
+                    return ScoreResult.failed(Status.VERIFIER_TIMEOUT, f"math-verify over {deadline:.1f}s")
                 verdict, detail = worker.conn.recv()
                 healthy = True
             except (EOFError, OSError) as err:
