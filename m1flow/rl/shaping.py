@@ -32,11 +32,14 @@ def overlong_penalty(length: int, max_len: int, buffer: int) -> float:
 
 
 def length_penalty(sample: events.ScoredSample, status: Status, cfg: ShapingConfig) -> float:
+    """The overlong penalty of one sample; 0 when its window is unknown (max_new_tokens unset)."""
     if not cfg.overlong_penalty:
         return 0.0
-    window = sample.max_new_tokens or len(sample.token_ids)
     if sample.finish_reason == events.FINISH_REASON_LENGTH and status is Status.FORMAT_ERROR:
         return -1.0
+    window = sample.max_new_tokens
+    if not window:
+        return 0.0
     return overlong_penalty(len(sample.token_ids), window, int(window * cfg.overlong_buffer_frac))
 
 
