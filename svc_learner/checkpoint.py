@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from m1flow.model import MiniMaxM1ForCausalLM
-from m1flow.policy import weights_sha256
+from m1flow.policy import version_dir, weights_sha256
 from m1flow.warmstart import TOKENIZER_FILE
 
 STATE_FILE = "learner_state.json"
@@ -37,7 +37,7 @@ def save(root: Path, model: MiniMaxM1ForCausalLM, optimizer: torch.optim.Optimiz
          state: LearnerState, tokenizer_json: str, keep: int = 3, grace_s: float = 60.0) -> tuple[Path, str]:
     """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"v{state.version:06d}"
+    final = version_dir(root, state.version)
     tmp = root / f".tmp-v{state.version:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from m1flow.policy import LEARNER_CHECKPOINTS
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
 from svc_learner.update import LearnerConfig
@@ -30,4 +31,4 @@ class LearnerServiceConfig(ServiceConfig):
                                  description="optimizer, minibatch updates per batch, LM head")
 
     def checkpoint_root(self) -> Path:
-        return self.checkpoint_dir or self.run_dir / "learner" / "checkpoints"
+        return self.checkpoint_dir or self.run_dir / LEARNER_CHECKPOINTS
