@@ -119,12 +119,14 @@ class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
 
 
 class LearnerService(Service):
+    """Rank 0 of the learner: reads `scored`, trains (with the other torchrun ranks), writes `policy`."""
+
     name = "learner"
     Config = LearnerServiceConfig
+    config: LearnerServiceConfig
 
     def __init__(self, config: LearnerServiceConfig) -> None:
         super().__init__(config)
-        self.config: LearnerServiceConfig = config
         torch.set_num_threads(config.torch_threads)
         self.ranks = init_distributed()
         if 2 * config.batch_groups < self.ranks.world:  # a group trains at least two samples

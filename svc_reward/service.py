@@ -131,12 +131,15 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
 
 
 class RewardService(Service):
+    """Groups from `rollouts` scored into `scored`, the Score RPC, and (live runs only) `control`
+    recalibrations of the GenRM judge."""
+
     name = "reward"
     Config = RewardConfig
+    config: RewardConfig
 
     def __init__(self, config: RewardConfig) -> None:
         super().__init__(config)
-        self.config: RewardConfig = config
         self.registry = ScorerRegistry.from_config(config)
 
     def register(self, server: grpc.Server) -> list[str]:
