@@ -107,3 +107,14 @@ def test_a_slow_verifier_does_not_stall_other_groups():
     gate.set()
     handler.drain(ctx)
     assert [g.group_id for g in ctx.emitted] == ["fast", "slow"]
+
+
+def test_the_score_rpc_answers_with_the_status_enum():
+    from m1flow.contracts import rpc
+    from svc_reward.service import RewardGrpc
+
+    spec = events.VerifierSpec(kind="arith", gold="5")
+    ok = RewardGrpc(ScorerRegistry()).Score(rpc.ScoreRequest(response="5", verifier=spec), None)
+    assert (ok.reward, ok.correct, ok.status, ok.parts.correctness) == (1.0, True, Status.OK, 1.0)
+    bad = RewardGrpc(ScorerRegistry()).Score(rpc.ScoreRequest(response="five", verifier=spec), None)
+    assert bad.status == Status.FORMAT_ERROR and bad.HasField("correct") and not bad.correct
