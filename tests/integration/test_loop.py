@@ -19,10 +19,13 @@ from m1flow.model import MiniMaxM1ForCausalLM
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
 
 N_PROMPTS, GROUP, BATCH = 16, 4, 4
+ALL_GROUPS = '{"dynamic_sampling": false}'
 
 
 def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
-    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH)],
+    # every group takes a place in a batch (no dynamic sampling), so 16 groups make 4 steps whatever
+    # the rewards; refilling batches with trainable groups is tested in test_learner_selection.py
+    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH), "--algorithm", ALL_GROUPS],
                                           "rollout": ["--max-ahead-groups", str(2 * BATCH)]})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
