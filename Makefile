@@ -8,6 +8,7 @@ PY = PYTHONPATH=$(CURDIR) $(VENV)/bin/python
 
 setup:
 	bash scripts/system_deps.sh
+	bash scripts/monitor_deps.sh
 	bash scripts/env.sh >/dev/null
 	bash scripts/kafka_jars.sh >/dev/null
 	$(PY) -m m1flow.protogen

@@ -1,16 +1,28 @@
-"""`m1flow`: run the local broker and services, inspect topics and lag, replay a range of a topic."""
+"""`m1flow`: run the local broker and services, inspect topics and lag, replay a range of a topic.
+
+Every error a user can cause or meet (no broker, an unreachable one, a bad argument) ends in one
+line on stderr saying what to do, and exit status 2; tracebacks are for bugs.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
-from m1flow.kafka import Broker
+from m1flow.control_cli import add_parsers as add_control_parsers
+from m1flow.kafka import Broker, BrokerError
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line."""
 
 
 def _broker(args: argparse.Namespace) -> Broker:
@@ -18,7 +30,14 @@ def _broker(args: argparse.Namespace) -> Broker:
 
 
 def _bootstrap(args: argparse.Namespace) -> str:
-    return args.bootstrap or _broker(args).bootstrap
+    """--bootstrap, or the local broker of --run-dir if one runs; else a CliError saying what to do."""
+    if args.bootstrap:
+        return args.bootstrap
+    broker = _broker(args)
+    if not broker.running():
+        raise CliError(f"no broker running under {broker.run_dir}: start one with `m1flow up` "
+                       "(or `m1flow kafka start`), or pass --bootstrap HOST:PORT")
+    return broker.bootstrap
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
@@ -65,13 +84,41 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Lag per consumer group. The learner resumes from the offsets in its newest checkpoint, not
+    from its group's commits, so its row shows those (marked `ckpt`) when the run dir has them."""
     from m1flow.bus.admin import group_lag, list_groups
 
     bootstrap = _bootstrap(args)
-    print(f"{'group':<32}{'topic/partition':<20}{'committed':>10}{'end':>8}{'lag':>8}")
+    learner = _learner_offsets(args.run_dir)
+    print(f"{'group':<32}{'topic/partition':<20}{'committed':>10}{'end':>8}{'lag':>8}  source")
     for group in list_groups(bootstrap):
         for (topic, part), (committed, end) in sorted(group_lag(bootstrap, group).items()):
-            print(f"{group:<32}{f'{topic}/{part}':<20}{committed:>10}{end:>8}{end - committed:>8}")
+            source = "commit"
+            if group == "m1flow-learner" and f"{topic}/{part}" in learner:
+                committed, source = learner[f"{topic}/{part}"], "ckpt"
+            print(f"{group:<32}{f'{topic}/{part}':<20}{committed:>10}{end:>8}{end - committed:>8}  {source}")
+    return 0
+
+
+def _learner_offsets(run_dir: Path) -> dict[str, int]:
+    from svc_learner.checkpoint import latest, load_state
+
+    found = latest(run_dir / "learner" / "checkpoints")
+    return load_state(found).offsets if found is not None else {}
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    """Dead letters, one line each: where the record was, which group rejected it, and why."""
+    from m1flow.topics_io import read_range
+
+    print(f"{'source':<22}{'group':<28}{'service':<10}error")
+    for entry in read_range(_bootstrap(args), "dlq", args.from_, args.to, args.limit):
+        letter = entry.get("value", {})
+        where = f"{letter.get('source_topic', '?')}/{letter.get('partition', 0)}@{letter.get('offset', 0)}"
+        if args.group and letter.get("consumer_group") != args.group:
+            continue
+        first = (letter.get("error") or entry.get("error", "")).splitlines()[:1]
+        print(f"{where:<22}{letter.get('consumer_group', ''):<28}{letter.get('service', ''):<10}{first[0] if first else ''}")
     return 0
 
 
@@ -102,20 +149,49 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from m1flow.stack import Stack
+    from m1flow.supervisor import RestartPolicy, Supervisor
 
-    stack = Stack(args.run_dir, replicas=dict(r.split("=") for r in args.replicas))
-    stack.start(with_demo_policy=True)
-    print(stack.status_table())
-    print("press Ctrl-C to stop")
     try:
-        while True:
-            time.sleep(5)
-            stack.restart_crashed()
-    except KeyboardInterrupt:
-        pass
+        replicas = dict(r.split("=", 1) for r in args.replicas)
+    except ValueError:
+        raise CliError(f"--replicas takes name=count pairs, e.g. reward=2 rollout=2; got {args.replicas}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stack = Stack(args.run_dir, replicas=replicas)
+    supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
+                            say=lambda line: print(line, flush=True))
+    print(f"m1flow up: run dir {stack.run_dir}; starting broker and services ...", flush=True)
+    supervisor.start()
+    print(stack.status_table(), flush=True)
+    print("stop with Ctrl-C, SIGTERM or `m1flow down`", flush=True)
+    try:
+        supervisor.run(stop)
     finally:
-        stack.stop(broker=not args.keep_broker)
+        if args.keep_broker:
+            stack.stop(broker=False)
+            (stack.run_dir / "up.json").unlink(missing_ok=True)
+        else:
+            supervisor.stop()
     return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from m1flow.supervisor import down
+
+    stopped = down(args.run_dir)
+    print(f"stopped {stopped} process(es)" if stopped else f"nothing was running under {args.run_dir.resolve()}")
+    return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from m1flow.chaos.run import ChaosConfig, ChaosRun
+
+    overrides = {k: v for k, v in (("seed", args.seed), ("cycles", args.cycles), ("prompts", args.prompts),
+                                   ("spacing_s", args.spacing)) if v is not None}
+    report = ChaosRun(ChaosConfig(run_dir=args.run_dir / "chaos", **overrides),
+                      say=lambda line: print(line, flush=True)).run()
+    return 0 if report.ok else 1
 
 
 def cmd_svc(args: argparse.Namespace) -> int:
@@ -129,10 +205,12 @@ def cmd_feed(args: argparse.Namespace) -> int:
     from m1flow.warmstart import WarmStartConfig
 
     producer = Producer(_bootstrap(args), "feed")
-    ids = publish(producer, problems(seed=args.seed, n=args.n, max_operand=WarmStartConfig().max_operand),
+    prefix = args.prefix or f"feed-{uuid.uuid4().hex[:8]}"  # fresh ids even when a seed is fed twice
+    ids = publish(producer, problems(seed=args.seed, n=args.n, max_operand=WarmStartConfig().max_operand,
+                                     prefix=prefix),
                   group_size=args.group_size, run_id=args.run_id)
     producer.close()
-    print(f"published {len(ids)} prompts")
+    print(f"published {len(ids)} prompts ({ids[0]} .. {ids[-1]})" if ids else "published 0 prompts")
     return 0
 
 
@@ -160,8 +238,15 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--limit", type=int)
     t.set_defaults(func=cmd_topics)
 
-    s = sub.add_parser("status", help="lag per consumer group")
+    s = sub.add_parser("status", help="lag per consumer group (the learner's from its checkpoint)")
     s.set_defaults(func=cmd_status)
+
+    q = sub.add_parser("dlq", help="list dead letters: source record, consumer group, reason")
+    q.add_argument("--group", help="only letters from this consumer group")
+    q.add_argument("--from", dest="from_", help="offset, ISO time or ms:<epoch ms>")
+    q.add_argument("--to")
+    q.add_argument("--limit", type=int)
+    q.set_defaults(func=cmd_dlq)
 
     r = sub.add_parser("replay", help="re-feed a range of a topic to a fresh consumer group of a service")
     r.add_argument("--topic", required=True)
@@ -173,10 +258,21 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("service_args", nargs=argparse.REMAINDER, help="after --: the service's own flags")
     r.set_defaults(func=cmd_replay)
 
-    u = sub.add_parser("up", help="start the broker and all services as local processes")
+    u = sub.add_parser("up", help="start the broker and all services as local processes, supervised")
     u.add_argument("--replicas", nargs="*", default=[], help="e.g. reward=2 rollout=2")
-    u.add_argument("--keep-broker", action="store_true")
+    u.add_argument("--keep-broker", action="store_true", help="leave the broker running on exit")
+    u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
     u.set_defaults(func=cmd_up)
+
+    w = sub.add_parser("down", help="stop everything `m1flow up` started under --run-dir")
+    w.set_defaults(func=cmd_down)
+
+    c = sub.add_parser("chaos", help="run `m1flow up` under random faults, then check the guarantees")
+    c.add_argument("--seed", type=int)
+    c.add_argument("--cycles", type=int, help="rounds of faults (each hits every service, the broker, the input)")
+    c.add_argument("--prompts", type=int, help="prompts fed before the faults start")
+    c.add_argument("--spacing", type=float, help="mean seconds between faults")
+    c.set_defaults(func=cmd_chaos)
 
     v = sub.add_parser("svc", help="run one service in the foreground")
     v.add_argument("name", choices=["rollout", "reward", "sandbox", "learner", "monitor"])
@@ -188,7 +284,10 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--group-size", type=int, default=8)
     f.add_argument("--run-id", default="local")
+    f.add_argument("--prefix", help="prompt id prefix (default: a fresh one, so ids never repeat)")
     f.set_defaults(func=cmd_feed)
+
+    add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)
@@ -198,7 +297,24 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args) or 0
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    try:
+        return args.func(args) or 0
+    except CliError as exc:
+        return _fail(str(exc))
+    except KafkaTimeoutError:
+        where = args.bootstrap or "the local broker"
+        return _fail(f"cannot reach Kafka at {where}: is it running? (`m1flow kafka status`, `m1flow up`)")
+    except (BrokerError, KafkaError, TimeoutError, OSError, ValueError) as exc:
+        return _fail(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> int:
+    print(f"m1flow: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

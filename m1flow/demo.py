@@ -15,6 +15,7 @@ import grpc
 import torch
 from pydantic import BaseModel
 
+from m1flow.browser import save_page
 from m1flow.bus import Producer
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.model import sample
@@ -23,6 +24,7 @@ from m1flow.source import publish
 from m1flow.stack import Stack
 from m1flow.tasks.arith import parse_answer, problems
 from m1flow.warmstart import WarmStartConfig
+from svc_monitor.client import report as monitor_report
 
 
 class DemoConfig(BaseModel):
@@ -87,6 +89,8 @@ def run_demo(cfg: DemoConfig) -> int:
         publish(Producer(stack.bootstrap, "demo-source"), problems(seed=1, n=cfg.prompts, max_operand=WarmStartConfig().max_operand),
                 cfg.group_size)
         monitor = stack.get("monitor").grpc_address
+        dashboard = monitor_report(monitor).dashboard_url
+        print(f"dashboard: {dashboard} (open it while the run goes on)")
         deadline = time.monotonic() + cfg.minutes * 60
         while time.monotonic() < deadline:
             time.sleep(10)
@@ -97,6 +101,7 @@ def run_demo(cfg: DemoConfig) -> int:
                 print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
                       f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
         rows = report(monitor)
+        print(save_page(dashboard, run / "dashboard.png"))
     finally:
         stack.stop()
     final = sorted((run / "learner" / "checkpoints").glob("v*"))[-1]  # after stop: no longer rotating

@@ -55,13 +55,19 @@ class Stack:
         return proc
 
     def start(self, with_demo_policy: bool = True, services: tuple[str, ...] = SERVICES) -> None:
-        self.start_broker()
-        if with_demo_policy:
-            self.initial_policy()
-        for name in services:  # sandbox before reward, learner (announces v0) before rollout
-            started = [self.start_service(name, i, wait=False) for i in range(self.replicas[name])]
-            for proc in started:
-                proc.wait_ready()
+        """Broker, topics, initial policy, then the services in dependency order. A start that
+        fails anywhere stops everything it started before raising: nothing is left running."""
+        try:
+            self.start_broker()
+            if with_demo_policy:
+                self.initial_policy()
+            for name in services:  # sandbox before reward, learner (announces v0) before rollout
+                started = [self.start_service(name, i, wait=False) for i in range(self.replicas[name])]
+                for proc in started:
+                    proc.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def get(self, name: str, replica: int = 0) -> ServiceProcess | None:
         for proc in reversed(self.procs):

@@ -1,5 +1,5 @@
 """Learner checkpoints: weights, optimizer, step, policy version, consumed offsets and the ids of
-the groups applied, written atomically (temp dir + rename) with the last K kept.
+the groups applied (and skipped as having nothing to teach), written atomically (temp dir + rename) with the last K kept.
 
 The offsets inside the checkpoint, not the consumer group's commits, decide where a restarted
 learner resumes: weights and offsets change together or not at all, so no batch is applied twice
@@ -30,6 +30,7 @@ class LearnerState:
     step: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset
     applied_groups: list[list[str]] = field(default_factory=list)  # per step, the group ids applied
+    skipped_groups: list[list[str]] = field(default_factory=list)  # per step, the ids skipped since the last
     samples_dropped_stale: int = 0
 
 

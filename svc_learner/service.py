@@ -42,7 +42,7 @@ class ScoredHandler(HandlerBase):
         self.filler = BatchFiller(service.config.algorithm, service.config.batch_groups)
         self.records: list[Record] = []
         self.skipped: Counter[str] = Counter()
-        self.stale_skipped = 0
+        self.skipped_since_step: list[Skipped] = []
         self.last_input = time.monotonic()
         self.next_lag_check = 0.0
 
@@ -62,7 +62,7 @@ class ScoredHandler(HandlerBase):
 
     def _count_skip(self, skipped: Skipped, ctx: Context) -> None:
         self.skipped[skipped.reason] += 1
-        self.stale_skipped += skipped.counts.get("stale", 0)
+        self.skipped_since_step.append(skipped)
         SKIPPED.labels(skipped.reason).inc()
         ctx.metric("learner/groups_skipped", self.skipped[skipped.reason], step=self.service.trainer.state.version,
                    reason=skipped.reason)
@@ -93,10 +93,10 @@ class ScoredHandler(HandlerBase):
         offsets = {f"{t}/{p}": off for (t, p), off in self.service.stream.tracker.committable().items()}
         trainer = self.service.trainer
         try:
-            stats = trainer.step(selected, offsets, self.stale_skipped)
+            stats = trainer.step(selected, offsets, self.skipped_since_step)
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
-        self.stale_skipped = 0
+        self.skipped_since_step = []
         version = trainer.state.version
         ctx.emit(POLICY, POLICY_KEY, trainer.announcement(self.service.config.run_id))
         for name, value in stats.items():

@@ -14,7 +14,7 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.model import MiniMaxM1ForCausalLM
 from m1flow.policy import uri_for
-from m1flow.rl.selection import Selected
+from m1flow.rl.selection import Selected, Skipped
 from m1flow.warmstart import TOKENIZER_FILE
 from svc_learner import checkpoint
 from svc_learner.batching import Batch, batch_stats, to_batch
@@ -81,8 +81,10 @@ class Trainer:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
         return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks)
 
-    def step(self, selected: Sequence[Selected], offsets: dict[str, int], stale_skipped: int = 0) -> dict[str, float]:
-        """Build the batch, train on it, then advance version and offsets together in one checkpoint.
+    def step(self, selected: Sequence[Selected], offsets: dict[str, int],
+             skipped: Sequence[Skipped] = ()) -> dict[str, float]:
+        """Build the batch, train on it, then advance version and offsets together in one checkpoint
+        (with the groups skipped since the last step: consumed, and accounted for).
 
         Raises RuntimeError when no update ran: a version is never published without training.
         """
@@ -98,7 +100,8 @@ class Trainer:
             self.state.step += 1
             self.state.offsets = offsets
             self.state.applied_groups.append([s.group_id for s in selected])
-            self.state.samples_dropped_stale += stale_skipped + sum(s.counts.get("stale", 0) for s in selected)
+            self.state.skipped_groups.append([s.group_id for s in skipped])
+            self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
             self.current_dir, self.sha = self._save()
             self.applied.update(s.group_id for s in selected)
             self.last_stats = stats

@@ -1,64 +1,87 @@
-"""svc_monitor: reads `scored` and `metrics`, keeps the run's history, logs reward and length per
-policy version, and answers Monitor.Report."""
+"""svc_monitor: reads every topic, keeps the run's history in SQL, closes the control loops and
+serves the dashboard and Monitor.Report.
+
+Each poll's records become rows written in one transaction; then the decision rules run over the
+windows completed since the last poll and what they decide goes out on `control` and `metrics`
+before the input offsets are committed (the worker's flush-then-commit), so a crash replays and
+never loses a decision's input.
+"""
 from __future__ import annotations
 
 import logging
+import time
 
 import grpc
-from pydantic import Field
+from kafka.errors import KafkaError
 
 from m1flow.bus import Context, HandlerBase, Record
-from m1flow.bus.topics import METRICS, SCORED
-from m1flow.contracts import events, rpc, rpc_grpc
-from m1flow.group_totals import GroupTotals
-from m1flow.runtime.config import ServiceConfig
+from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, ROLLOUTS, SCORED
+from m1flow.contracts import events, rpc_grpc
 from m1flow.runtime.service import Service
-from svc_monitor.store import GroupRow, Store
+from svc_monitor import adapters
+from svc_monitor.actuator import Actuator
+from svc_monitor.config import MonitorConfig
+from svc_monitor.controller import Controller
+from svc_monitor.dashboard import Dashboard
+from svc_monitor.lag import LagReader
+from svc_monitor.outcome import DECIDED_BY
+from svc_monitor.report import MonitorGrpc
+from svc_monitor.rules.operations import OperationsRule, OpsSample
+from svc_monitor.store import Batch, Store, now_ms
 
 log = logging.getLogger(__name__)
 
 
-class MonitorConfig(ServiceConfig):
-    """svc_monitor: history, dashboards and alerts."""
-
-    database_url: str = Field("", description="SQLAlchemy URL; default sqlite under run_dir")
-
-
-def group_row(group: events.ScoredGroup) -> GroupRow:
-    totals = GroupTotals.of([group])
-    versions = [s.policy_version for s in group.samples] or [group.header.trace.policy_version]
-    return GroupRow(group_id=group.group_id, policy_version=min(versions), samples=totals.samples,
-                    reward_sum=totals.reward_sum, correct=totals.correct, judged=totals.judged,
-                    length_sum=totals.length_sum, dropped=totals.dropped)
-
-
 class MonitorHandler(HandlerBase):
-    topics = (SCORED, METRICS)
+    topics = (ROLLOUTS, SCORED, METRICS, CONTROL, DLQ, POLICY)
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.logged_versions: set[int] = set()
+    def __init__(self, monitor: MonitorService) -> None:
+        self.monitor = monitor
+        self.batch = Batch()
+        self.versions_logged: set[int] = set()
 
-    def handle(self, message, record: Record, ctx: Context) -> None:  # noqa: ANN001
-        if isinstance(message, events.ScoredGroup):
-            row = group_row(message)
-            if self.store.add_group(row) and row.policy_version not in self.logged_versions:
-                self.logged_versions.add(row.policy_version)
-                for prev in self.store.by_version():
-                    if prev["policy_version"] == row.policy_version - 1:
-                        log.info("policy v%s: reward %.3f accuracy %.3f length %.2f over %s groups",
-                                 prev["policy_version"], prev["mean_reward"], prev["accuracy"],
-                                 prev["mean_length"], prev["groups"])
-        else:
-            self.store.add_metric(message.service, message.name, message.step, message.value)
+    def handle(self, message, record: Record, ctx: Context) -> None:  # noqa: ANN001 - one of the topics' types
+        ts = record.timestamp_ms if record.timestamp_ms > 0 else now_ms()
+        b = self.batch
+        if isinstance(message, events.Rollout):
+            b.rollouts.append(adapters.rollout_row(message, ts, self.monitor.config.window.repetition_ngram))
+        elif isinstance(message, events.ScoredGroup):
+            b.groups.append(adapters.scored_group_rows(message, ts))
+        elif isinstance(message, events.Metric):
+            if message.service != self.monitor.name:  # the monitor's own are stored as it makes them
+                b.metrics.append(adapters.metric_row(message, ts))
+        elif isinstance(message, events.Control):
+            b.decisions.append(adapters.decision_row(message, self.monitor.store.latest_version() or 0))
+        elif isinstance(message, events.DeadLetter):
+            try:
+                b.dead_letters.append(adapters.dead_letter_row(message, ts))
+            except Exception:  # noqa: BLE001 - dead-lettering a dead letter would feed `dlq` to itself
+                log.exception("could not record dead letter %s", record.position)
+        elif isinstance(message, events.PolicyVersion):
+            b.policies.append(adapters.policy_row(message, ts))
 
+    def tick(self, ctx: Context) -> None:
+        monitor = self.monitor
+        if self.batch:
+            written = monitor.store.write(self.batch)
+            self.batch = Batch()
+            monitor.controller.seen([d for d in written.decisions if d.evidence.get("decided_by") != DECIDED_BY])
+            self._log_versions(written.groups)
+        monitor.actuator.apply(monitor.controller.evaluate(), ctx)
+        if monitor.controller.dirty:
+            ctx.producer.flush()  # what the rules decided is on the broker before their state says so
+            monitor.controller.save()
+        monitor.periodic(ctx)
 
-class MonitorGrpc(rpc_grpc.MonitorServiceServicer):
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def Report(self, request: rpc.ReportRequest, context: grpc.ServicerContext) -> rpc.MonitorReport:  # noqa: N802
-        return rpc.MonitorReport(rows=[rpc.VersionRow(**row) for row in self.store.by_version()])
+    def _log_versions(self, groups: list) -> None:  # noqa: ANN001
+        new = {g.policy_version for g in groups} - self.versions_logged
+        if not new:
+            return
+        self.versions_logged |= new
+        for row in self.monitor.store.by_version():
+            if row["policy_version"] + 1 in new:
+                log.info("policy v%s: reward %.3f accuracy %.3f length %.2f over %s groups", row["policy_version"],
+                         row["mean_reward"], row["accuracy"], row["mean_length"], row["groups"])
 
 
 class MonitorService(Service):
@@ -67,15 +90,63 @@ class MonitorService(Service):
 
     def __init__(self, config: MonitorConfig) -> None:
         super().__init__(config)
+        self.config: MonitorConfig = config
         url = config.database_url or f"sqlite:///{(config.run_dir / 'monitor.db').resolve()}"
         self.store = Store(url)
+        self.controller = Controller(self.store, config)
+        self.actuator = Actuator(self.store, config.run_id)
+        self.operations = OperationsRule(config.ops)
+        self.dashboard: Dashboard | None = None
+        self.dashboard_url = ""
+        self.lag: LagReader | None = None
+        self.last_ops = time.monotonic()
+        self.last_ops_ms = now_ms()
+        self.last_prune = 0.0
 
     def register(self, server: grpc.Server) -> list[str]:
-        rpc_grpc.add_MonitorServiceServicer_to_server(MonitorGrpc(self.store), server)
+        rpc_grpc.add_MonitorServiceServicer_to_server(MonitorGrpc(self), server)
         return ["m1flow.v1.MonitorService"]
 
+    def state(self) -> dict:
+        """What the dashboard shows of the rules' state."""
+        return {"window": self.controller.window.state.window, "stage": self.controller.window.stage}
+
     def start(self) -> None:
-        self.stream = self.worker(MonitorHandler(self.store))
+        if self.config.dashboard_port >= 0:
+            self.dashboard = Dashboard(self.store, self.config, self.state)
+            self.dashboard_url = self.dashboard.start()
+        self.lag = LagReader(self.config.bootstrap)
+        self.stream = self.worker(MonitorHandler(self))
+
+    def periodic(self, ctx: Context) -> None:
+        """Operations on the clock, and retention."""
+        now = time.monotonic()
+        if now - self.last_ops >= self.config.ops.interval_s:
+            self.actuator.apply(self.operations.evaluate(self.ops_sample(now - self.last_ops)), ctx)
+            self.last_ops = now
+        if now - self.last_prune >= self.config.retention.every_s:
+            deleted = self.store.prune(self.config.retention.keep_versions, self.config.retention.keep_days)
+            if any(deleted.values()):
+                log.info("retention: deleted %s", deleted)
+            self.last_prune = now
+
+    def ops_sample(self, elapsed_s: float) -> OpsSample:
+        since, self.last_ops_ms = self.last_ops_ms, now_ms()
+        counts = self.store.counts_since(since)
+        try:
+            groups = self.lag.sample()
+        except (KafkaError, KeyError) as exc:  # a broker hiccup costs one sample of lag, not the monitor
+            log.warning("reading consumer lag failed: %s", exc)
+            groups = {}
+        return OpsSample(at_s=time.monotonic(), elapsed_s=elapsed_s, groups=groups,
+                         rollouts=counts["rollouts"], tokens=counts["tokens"], scored_groups=counts["groups"],
+                         mean_scored_version=counts["mean_version"], latest_version=self.store.latest_version(),
+                         dead_letters_per_min=self.store.dead_letters_since(now_ms() - 60_000))
 
     def shutdown(self) -> None:
         self.stream.close()
+        if self.lag is not None:
+            self.lag.close()
+        if self.dashboard is not None:
+            self.dashboard.close()
+        self.store.close()

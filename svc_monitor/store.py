@@ -1,60 +1,232 @@
-"""The monitor's history in SQL (SQLite by default, any SQLAlchemy URL in production)."""
+"""The monitor's history in SQL: SQLite by default, PostgreSQL (or any SQLAlchemy 2.x URL) in production.
+
+Opening a store brings its schema to the newest Alembic revision; a store written by the monitor
+before migrations existed (the `groups` and `metrics` tables alone) is recognised and upgraded in
+place. Inserts are portable (no dialect-specific upserts): the monitor is the store's one writer,
+so "insert what is not there yet" is a select then an insert in one transaction.
+"""
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Float, Integer, String, create_engine, func, select
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import Engine, case, create_engine, delete, event, func, inspect, select, update
+from sqlalchemy.orm import Session
 
+from svc_monitor.schema import (AlertRow, DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow,
+                                PolicyRow, RolloutRow, SignalRow, StateRow)
 
-class Base(DeclarativeBase):
-    pass
-
-
-class GroupRow(Base):
-    """One scored group; group_id is unique, so a group scored twice is counted once."""
-
-    __tablename__ = "groups"
-    group_id: Mapped[str] = mapped_column(String, primary_key=True)
-    policy_version: Mapped[int] = mapped_column(Integer, index=True)
-    samples: Mapped[int] = mapped_column(Integer)
-    reward_sum: Mapped[float] = mapped_column(Float)
-    correct: Mapped[int] = mapped_column(Integer)
-    judged: Mapped[int] = mapped_column(Integer)
-    length_sum: Mapped[int] = mapped_column(Integer)
-    dropped: Mapped[int] = mapped_column(Integer)
+MIGRATIONS = Path(__file__).parent / "migrations"
+FIRST_REVISION = "0001"  # the schema of the monitor before migrations
 
 
-class MetricRow(Base):
-    __tablename__ = "metrics"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    service: Mapped[str] = mapped_column(String)
-    name: Mapped[str] = mapped_column(String, index=True)
-    step: Mapped[int] = mapped_column(Integer)
-    value: Mapped[float] = mapped_column(Float)
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class ScoredGroupRows:
+    """One scored group as rows: its totals and, for GenRM-scored samples, one row each."""
+
+    group: GroupRow
+    genrm: list[GenRMSampleRow] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    """Everything one poll of the topics produced, written in one transaction."""
+
+    groups: list[ScoredGroupRows] = field(default_factory=list)
+    rollouts: list[RolloutRow] = field(default_factory=list)
+    metrics: list[MetricRow] = field(default_factory=list)
+    dead_letters: list[DeadLetterRow] = field(default_factory=list)
+    policies: list[PolicyRow] = field(default_factory=list)
+    decisions: list[DecisionRow] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any((self.groups, self.rollouts, self.metrics, self.dead_letters, self.policies, self.decisions))
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a write added (the rest was already stored: a replayed or twice-scored record)."""
+
+    groups: list[GroupRow]
+    decisions: list[DecisionRow]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL lets the dashboard and gRPC threads read while the consumer writes."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision`; a pre-migration store is stamped at the first revision first."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        tables = set(inspect(connection).get_table_names())
+        if "groups" in tables and "alembic_version" not in tables:
+            command.stamp(cfg, FIRST_REVISION)
+        command.upgrade(cfg, revision)
+
+
+def schema_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        if "alembic_version" not in inspect(connection).get_table_names():
+            return None
+        return connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+
+
+def _chunks(items: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _missing(session: Session, column: Any, keys: list[str]) -> set[str]:
+    """Which of `keys` are not yet stored in `column`."""
+    found: set[str] = set()
+    for part in _chunks(keys):
+        found.update(session.scalars(select(column).where(column.in_(part))))
+    return set(keys) - found
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    return {c.key: getattr(row, c.key) for c in inspect(row).mapper.column_attrs}
 
 
 class Store:
     def __init__(self, url: str) -> None:
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = create_engine(url)
-        Base.metadata.create_all(self.engine)
+        self.url = url
+        self.engine = make_engine(url)
+        migrate(self.engine)
 
-    def add_group(self, row: GroupRow) -> bool:
-        """Insert unless the group is known; True when it was new."""
-        values = {c.name: getattr(row, c.name) for c in GroupRow.__table__.columns}
-        with Session(self.engine) as session:
-            result = session.execute(sqlite_insert(GroupRow).values(**values).on_conflict_do_nothing())
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ writing
+    def write(self, batch: Batch) -> Written:
+        """Store a batch in one transaction, skipping groups, rollouts and decisions already stored."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            new_ids = _missing(session, GroupRow.group_id, [g.group.group_id for g in batch.groups])
+            groups = []
+            for rows in batch.groups:
+                if rows.group.group_id in new_ids:
+                    new_ids.discard(rows.group.group_id)  # a group twice in one batch: once
+                    groups.append(rows.group)
+                    session.add(rows.group)
+                    session.add_all(rows.genrm)
+            new_rollouts = _missing(session, RolloutRow.rollout_id, [r.rollout_id for r in batch.rollouts])
+            for row in batch.rollouts:
+                if row.rollout_id in new_rollouts:
+                    new_rollouts.discard(row.rollout_id)
+                    session.add(row)
+            new_decisions = _missing(session, DecisionRow.message_id, [d.message_id for d in batch.decisions])
+            decisions = []
+            for row in batch.decisions:
+                if row.message_id in new_decisions:
+                    new_decisions.discard(row.message_id)
+                    decisions.append(row)
+                    session.add(row)
+            known = set(session.scalars(select(PolicyRow.version).where(
+                PolicyRow.version.in_([p.version for p in batch.policies]))))
+            for row in batch.policies:
+                if row.version not in known:
+                    known.add(row.version)
+                    session.add(row)
+            session.add_all(batch.metrics)
+            session.add_all(batch.dead_letters)
             session.commit()
-            return result.rowcount == 1
+        return Written(groups, decisions)
 
-    def add_metric(self, service: str, name: str, step: int, value: float) -> None:
+    def add_signals(self, rows: list[SignalRow]) -> None:
         with Session(self.engine) as session:
-            session.add(MetricRow(service=service, name=name, step=step, value=value))
+            session.add_all(rows)
             session.commit()
 
+    def raise_alert(self, row: AlertRow) -> None:
+        with Session(self.engine, expire_on_commit=False) as session:
+            session.add(row)
+            session.commit()
+
+    def resolve_alerts(self, kind: str, subject: str, at_ms: int) -> int:
+        with Session(self.engine) as session:
+            result = session.execute(update(AlertRow).where(
+                AlertRow.kind == kind, AlertRow.subject == subject, AlertRow.resolved_ms.is_(None))
+                .values(resolved_ms=at_ms))
+            session.commit()
+            return result.rowcount
+
+    def get_state(self, key: str) -> dict | None:
+        with Session(self.engine) as session:
+            row = session.get(StateRow, key)
+            return dict(row.value) if row is not None else None
+
+    def set_state(self, key: str, value: dict) -> None:
+        with Session(self.engine) as session:
+            row = session.get(StateRow, key)
+            if row is None:
+                session.add(StateRow(key=key, value=value))
+            else:
+                row.value = value
+            session.commit()
+
+    def prune(self, keep_versions: int, keep_days: float, at_ms: int | None = None) -> dict[str, int]:
+        """Delete detailed rows older than the newest `keep_versions` versions or `keep_days` days."""
+        cutoff_ms = (at_ms or now_ms()) - int(keep_days * 86_400_000)
+        newest = self.latest_version()
+        deleted: dict[str, int] = {}
+        with Session(self.engine) as session:
+            for table in (RolloutRow, GenRMSampleRow):
+                condition = table.ts_ms < cutoff_ms
+                if newest is not None:
+                    condition = condition | (table.policy_version <= newest - keep_versions)
+                deleted[table.__tablename__] = session.execute(delete(table).where(condition)).rowcount
+            for table in (MetricRow, SignalRow, DeadLetterRow):
+                deleted[table.__tablename__] = session.execute(
+                    delete(table).where(table.ts_ms < cutoff_ms)).rowcount
+            session.commit()
+        return deleted
+
+    # ------------------------------------------------------------------ reading: windows
+    def rollouts_after(self, last_id: int, limit: int) -> list[RolloutRow]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return list(session.scalars(select(RolloutRow).where(RolloutRow.id > last_id)
+                                        .order_by(RolloutRow.id).limit(limit)))
+
+    def genrm_after(self, last_id: int, limit: int) -> list[GenRMSampleRow]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return list(session.scalars(select(GenRMSampleRow).where(GenRMSampleRow.id > last_id)
+                                        .order_by(GenRMSampleRow.id).limit(limit)))
+
+    def metrics_after(self, last_id: int, name: str) -> list[MetricRow]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return list(session.scalars(select(MetricRow).where(MetricRow.id > last_id, MetricRow.name == name)
+                                        .order_by(MetricRow.id)))
+
+    def last_id(self, table: type[RolloutRow] | type[GenRMSampleRow] | type[MetricRow]) -> int:
+        with Session(self.engine) as session:
+            return session.scalar(select(func.max(table.id))) or 0
+
+    # ------------------------------------------------------------------ reading: reports and plots
     def by_version(self) -> list[dict[str, float]]:
         """Reward, accuracy and length of the samples each policy version generated."""
         g = GroupRow
@@ -67,8 +239,86 @@ class Store:
                  "accuracy": c / max(j, 1), "mean_length": length / max(s, 1)}
                 for v, n, s, r, c, j, length in rows]
 
+    def by_version_and_kind(self) -> list[dict[str, Any]]:
+        """Mean reward and accuracy per policy version and task type."""
+        g = GroupRow
+        query = (select(g.policy_version, g.kind, func.sum(g.samples), func.sum(g.reward_sum),
+                        func.sum(g.correct), func.sum(g.judged))
+                 .group_by(g.policy_version, g.kind).order_by(g.policy_version))
+        with Session(self.engine) as session:
+            rows = session.execute(query).all()
+        return [{"policy_version": v, "kind": k or "?", "mean_reward": r / max(s, 1),
+                 "accuracy": (c / j) if j else None} for v, k, s, r, c, j in rows]
+
+    def rollouts_since_id(self, last_id: int) -> list[tuple[int, int, int, float, int, int]]:
+        """(version, length, window, nll_sum, finish, id) of rollouts stored after `last_id`, oldest first."""
+        r = RolloutRow
+        query = (select(r.policy_version, r.length, r.window, r.nll_sum, r.finish, r.id)
+                 .where(r.id > last_id).order_by(r.id))
+        with Session(self.engine) as session:
+            return [tuple(row) for row in session.execute(query).all()]
+
     def metric_series(self, name: str) -> list[tuple[int, float]]:
         with Session(self.engine) as session:
             rows = session.execute(select(MetricRow.step, MetricRow.value)
                                    .where(MetricRow.name == name).order_by(MetricRow.id)).all()
         return [(s, v) for s, v in rows]
+
+    def signal_series(self, prefix: str) -> list[dict[str, Any]]:
+        """Signals whose name starts with `prefix`, oldest first."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(SignalRow).where(SignalRow.name.startswith(prefix))
+                                   .order_by(SignalRow.id)).all()
+            return [_as_dict(r) for r in rows]
+
+    def latest_signals(self) -> dict[str, float]:
+        """Newest value of each signal ('name' or 'name[subject]')."""
+        newest = select(func.max(SignalRow.id)).group_by(SignalRow.name, SignalRow.subject)
+        with Session(self.engine) as session:
+            rows = session.scalars(select(SignalRow).where(SignalRow.id.in_(newest))).all()
+        return {(f"{r.name}[{r.subject}]" if r.subject else r.name): r.value for r in rows}
+
+    def decisions(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Newest first."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(DecisionRow).order_by(DecisionRow.ts_ms.desc(), DecisionRow.id.desc())
+                                   .limit(limit)).all()
+            return [_as_dict(r) for r in rows]
+
+    def alerts(self, limit: int = 50, active_only: bool = False) -> list[dict[str, Any]]:
+        """Active alerts first, then newest first."""
+        query = select(AlertRow)
+        if active_only:
+            query = query.where(AlertRow.resolved_ms.is_(None))
+        active_first = case((AlertRow.resolved_ms.is_(None), 0), else_=1)
+        with Session(self.engine) as session:
+            rows = session.scalars(query.order_by(active_first, AlertRow.raised_ms.desc(), AlertRow.id.desc())
+                                   .limit(limit)).all()
+            return [_as_dict(r) for r in rows]
+
+    def latest_version(self) -> int | None:
+        """The newest policy version announced, else the newest seen on a sample."""
+        with Session(self.engine) as session:
+            announced = session.scalar(select(func.max(PolicyRow.version)))
+            seen = session.scalar(select(func.max(RolloutRow.policy_version)))
+            seen_groups = session.scalar(select(func.max(GroupRow.policy_version)))
+        values = [v for v in (announced, seen, seen_groups) if v is not None]
+        return max(values) if values else None
+
+    def counts_since(self, since_ms: int) -> dict[str, float]:
+        """Rollouts, their tokens and scored groups stored since `since_ms`, and the groups' mean version."""
+        with Session(self.engine) as session:
+            rollouts, tokens = session.execute(select(func.count(), func.coalesce(func.sum(RolloutRow.length), 0))
+                                               .where(RolloutRow.ts_ms >= since_ms)).one()
+            groups, mean_version = session.execute(select(func.count(), func.avg(GroupRow.policy_version))
+                                                   .where(GroupRow.ts_ms >= since_ms)).one()
+        return {"rollouts": rollouts, "tokens": tokens, "groups": groups,
+                "mean_version": float(mean_version) if mean_version is not None else None}
+
+    def dead_letters_since(self, since_ms: int) -> dict[str, int]:
+        """Dead letters per consumer group since `since_ms`."""
+        with Session(self.engine) as session:
+            rows = session.execute(select(DeadLetterRow.consumer_group, func.count())
+                                   .where(DeadLetterRow.ts_ms >= since_ms)
+                                   .group_by(DeadLetterRow.consumer_group)).all()
+        return {group or "?": n for group, n in rows}

@@ -30,6 +30,8 @@ class RewardConfig(ServiceConfig):
     genrm_native: NativeJudgeConfig = Field(default_factory=NativeJudgeConfig, description="native judge sampling")
     genrm_margin: float = Field(0.0, ge=0.0, description="heuristic judges: value gap below which answers tie")
     genrm_length_bonus: float = Field(0.0, description="quality judge: value added per character of answer")
+    genrm_bonus_after: int = Field(0, ge=0, description="quality judge: the length bonus starts after this many "
+                                                        "judgements (a judge that drifts mid-run, for tests)")
     genrm: GenRMConfig = Field(default_factory=GenRMConfig, description="pairwise comparison and Swiss rounds")
     genrm_calibration: CalibrationConfig = Field(default_factory=CalibrationConfig,
                                                  description="length-controlled recalibration fit")

@@ -114,7 +114,8 @@ def build_judge(cfg: RewardConfig) -> Judge | None:
     if cfg.genrm_judge == "length":
         return genrm.LengthLovingJudge(margin=cfg.genrm_margin)
     if cfg.genrm_judge == "quality":
-        return genrm.QualityJudge(distinct_word_share, cfg.genrm_length_bonus, cfg.genrm_margin)
+        return genrm.QualityJudge(distinct_word_share, cfg.genrm_length_bonus, cfg.genrm_margin,
+                                   cfg.genrm_bonus_after)
     if cfg.genrm_judge == "openai":
         return genrm.OpenAIJudge(cfg.genrm_openai)
     if cfg.genrm_judge == "native":

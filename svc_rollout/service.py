@@ -142,14 +142,9 @@ class RolloutService(Service):
         return self.paused or self.groups_on_version >= self.config.max_ahead_groups
 
     def loop(self) -> None:
-        consumer = self.stream.consumer
         while not self.stop.is_set():
             self.refresh()
-            assigned = consumer.assignment()
-            if self.should_wait():
-                consumer.pause(*assigned)
-            elif consumer.paused():
-                consumer.resume(*consumer.paused())
+            self.stream.throttle(self.should_wait())
             self.stream.step()
 
     def shutdown(self) -> None:

@@ -18,20 +18,18 @@ import shlex
 import subprocess
 import sys
 import tarfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from svc_sandbox.backend import Executor
-    from svc_sandbox.limits import Limits
+    from svc_sandbox.api import Executor, RunTestsRequest, RunTestsResult
 
 TESTS_START = ">>>>> M1FLOW TESTS START"
 TESTS_END = ">>>>> M1FLOW TESTS END"
 APPLIED = ">>>>> M1FLOW PATCH APPLIED BY: "
 NOT_APPLIED = ">>>>> M1FLOW PATCH DID NOT APPLY"
 TEST_TIMEOUT = ">>>>> M1FLOW TEST COMMAND TIMED OUT"
-DEFAULT_TEST_COMMAND = "python -m pytest -rA -v -p no:cacheprovider"
+MISSING_TOOL = ">>>>> M1FLOW MISSING IN THE SANDBOX: "
 APPLY_CHAIN: list[tuple[str, list[str]]] = [
     ("git apply", ["git", "apply", "--verbose"]),
     ("git apply --3way", ["git", "apply", "--verbose", "--3way"]),
@@ -46,36 +44,6 @@ _GIT_ID = ["-c", "user.name=m1flow", "-c", "user.email=m1flow@localhost", "-c", 
 
 
 # ---------------------------------------------------------------- host side
-
-@dataclass
-class RunTestsRequest:
-    """Mirrors RunTestsRequest in proto/m1flow/v1/services.proto."""
-    repo_tar: bytes
-    patch: str
-    fail_to_pass: list[str]
-    pass_to_pass: list[str] = field(default_factory=list)
-    test_command: str = DEFAULT_TEST_COMMAND
-    limits: Limits | None = None  # None: swe_limits()
-
-
-@dataclass
-class RunTestsResult:
-    """Mirrors RunTestsReply, less the grade (resolution, reward) that the reward side adds."""
-    status: str  # an ExecStatus value: ok when the tests ran (whatever they reported)
-    patch_applied: bool = False
-    apply_method: str = ""
-    tests: dict[str, str] = field(default_factory=dict)  # test id -> PASSED, FAILED, ...
-    detail: str = ""
-    log: str = ""
-
-
-def swe_limits() -> Limits:
-    """Test suites need more than a contest program: a minute of CPU, 1 GB, a 512 MB tree."""
-    from svc_sandbox.limits import MB, Limits
-    return Limits(cpu_seconds=60, wall_seconds=120, memory_bytes=1024 * MB, max_processes=64,
-                  max_file_bytes=64 * MB, max_output_bytes=4 * MB, max_open_files=512,
-                  work_dir_bytes=512 * MB, cpus=1.0)
-
 
 def snapshot_tar(repo_dir: str | Path) -> bytes:
     """A repository directory (with or without .git) as tar bytes, paths relative to its root."""
@@ -108,25 +76,31 @@ def _between(log: str, start: str, end: str) -> str:
 
 
 def read_run_log(log: str) -> RunTestsResult:
-    """Turn the runner's output into a result; `status` is left for the caller."""
-    applied = re.search(re.escape(APPLIED) + r"(.+)", log)
+    """Turn the runner's output into a result (SANDBOX_ERROR when the runner could not do its part)."""
+    from m1flow.status import Status
+    from svc_sandbox.api import RunTestsResult
+    if log.startswith(MISSING_TOOL):  # first, so no test output can claim it
+        lacks = log[len(MISSING_TOOL):].partition("\n")[0]
+        return RunTestsResult(status=Status.SANDBOX_ERROR, detail=f"the sandbox lacks {lacks}", log=log)
     if NOT_APPLIED in log:
-        return RunTestsResult(status="ok", detail="patch did not apply with any method", log=log)
+        return RunTestsResult(status=Status.OK, detail="patch did not apply with any method", log=log)
+    applied = re.search(re.escape(APPLIED) + r"(.+)", log)
     if not applied:
-        return RunTestsResult(status="sandbox_error", detail="runner stopped before applying the patch", log=log)
+        return RunTestsResult(status=Status.SANDBOX_ERROR, detail="runner stopped before applying the patch", log=log)
     section = _between(log, TESTS_START, TESTS_END)
     detail = "test command timed out" if TEST_TIMEOUT in log else ""
     if TESTS_START not in log:
         detail = "runner stopped before the tests"
     elif TESTS_END not in log:
         detail = "test run cut short"
-    return RunTestsResult(status="ok", patch_applied=True, apply_method=applied.group(1).strip(),
+    return RunTestsResult(status=Status.OK, patch_applied=True, apply_method=applied.group(1).strip(),
                           tests=parse_pytest_log(section), detail=detail, log=log)
 
 
 def run_tests(executor: Executor, request: RunTestsRequest) -> RunTestsResult:
     """Run the runner (this file) in the sandbox on the snapshot and patch; parse its log."""
-    from svc_sandbox.limits import ExecRequest, ExecStatus
+    from m1flow.status import Status
+    from svc_sandbox.api import ExecRequest, RunTestsResult, swe_limits
     limits = request.limits or swe_limits()
     test_ids = list(dict.fromkeys(request.fail_to_pass + request.pass_to_pass))
     spec = {"test_command": request.test_command, "test_ids": test_ids,
@@ -136,14 +110,14 @@ def run_tests(executor: Executor, request: RunTestsRequest) -> RunTestsResult:
     result = executor(ExecRequest(language="python", code=Path(__file__).read_text(), files=files,
                                   argv=["spec.json"], limits=limits))
     log = result.stdout_text
-    if result.status is ExecStatus.SANDBOX_ERROR:
-        return RunTestsResult(status=result.status.value, detail=result.detail, log=log)
+    if result.status is Status.SANDBOX_ERROR:
+        return RunTestsResult(status=result.status, detail=result.detail, log=log)
     parsed = read_run_log(log)
-    if parsed.status == "sandbox_error":  # e.g. the snapshot did not unpack
-        parsed.detail += f" ({result.status.value}: {result.stderr_text[-300:]})"
-    elif result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT):
-        parsed.status = result.status.value
-        parsed.detail = f"{result.status.value}: {result.detail}; {parsed.detail}".strip("; ")
+    if parsed.status is Status.SANDBOX_ERROR:  # e.g. the snapshot did not unpack, git is missing
+        parsed.detail += f" ({result.status.name}: {result.stderr_text[-300:]})"
+    elif result.status in (Status.TIME_LIMIT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT):
+        parsed.status = result.status
+        parsed.detail = f"{result.status.name}: {result.detail}; {parsed.detail}".strip("; ")
     return parsed
 
 
@@ -190,8 +164,26 @@ def run_test_command(repo: str, command: str, test_ids: list[str], timeout: floa
     print(f"\n{TESTS_END}", flush=True)
 
 
+def missing_tools(command: str) -> list[str]:
+    """What the runner and the test command need that this sandbox lacks (its image's fault)."""
+    import importlib.util
+    import shutil
+    missing = [tool for tool in ("git", "patch") if shutil.which(tool) is None]
+    argv = shlex.split(command)
+    if argv and argv[0] not in ("python", "python3") and shutil.which(argv[0]) is None:
+        missing.append(argv[0])
+    if argv[:1] in (["python"], ["python3"]) and argv[1:2] == ["-m"] and len(argv) > 2:
+        if importlib.util.find_spec(argv[2]) is None:
+            missing.append(f"the Python module {argv[2]}")
+    return missing
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    missing = missing_tools(spec["test_command"])
+    if missing:
+        print(f"{MISSING_TOOL}{', '.join(missing)}", flush=True)
+        return
     work = os.path.dirname(os.path.abspath(spec_path))
     repo = os.path.join(work, "repo")
     os.makedirs(repo)

@@ -1,8 +1,12 @@
-"""Wire format of every record value: a 4-byte frame, then the protobuf message.
+"""Wire format of every record value: a frame, then the protobuf message.
 
-Frame: b"M1" magic, then the schema version as a big-endian uint16. The frame lets a consumer
-reject garbage and messages from a newer producer before it parses anything, and send them to the
-dead-letter topic with a precise reason instead of crashing or misreading them.
+Frame: b"MF" magic, the schema version (big-endian uint16), the payload's length (uint32) and its
+CRC-32C (uint32). A protobuf message cut anywhere still parses (a ScoredGroup cut in half decodes
+as a group of half its samples, same id), so the frame, not protobuf, must say whether the bytes are
+whole: a truncated, padded or corrupted payload fails the length or checksum test and goes to the
+dead-letter topic with the reason, as do garbage and messages from a newer producer.
+Frames written before the length and checksum existed (magic b"M1", version only) still decode, so
+older topics replay; they get no integrity check.
 """
 from __future__ import annotations
 
@@ -10,14 +14,17 @@ import struct
 import time
 import uuid
 
+import crc32c
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from m1flow.contracts import events
 
-MAGIC = b"M1"
+MAGIC = b"MF"
+LEGACY_MAGIC = b"M1"
 SCHEMA_VERSION = 2
-_FRAME = struct.Struct(">2sH")
+_FRAME = struct.Struct(">2sHII")
+_LEGACY_FRAME = struct.Struct(">2sH")
 
 
 class CodecError(ValueError):
@@ -42,31 +49,46 @@ def header(producer: str, *, run_id: str = "", group_id: str = "", rollout_id: s
 
 
 def encode(message: Message, schema_version: int = SCHEMA_VERSION) -> bytes:
-    return _FRAME.pack(MAGIC, schema_version) + message.SerializeToString()
+    payload = message.SerializeToString()
+    return _FRAME.pack(MAGIC, schema_version, len(payload), crc32c.crc32c(payload)) + payload
 
 
 def decode(data: bytes | None, message_type: type[Message]) -> Message:
     """Parse a framed value, raising CodecError with the reason when it cannot be trusted."""
-    if data is None:
-        raise CodecError("empty record value (tombstone)")
-    if len(data) < _FRAME.size:
-        raise CodecError(f"value of {len(data)} bytes is shorter than the {_FRAME.size}-byte frame")
-    magic, version = _FRAME.unpack_from(data)
-    if magic != MAGIC:
-        raise CodecError(f"bad magic {magic!r}: not an m1flow message")
+    version, payload = _unframe(data)
     if version > SCHEMA_VERSION:
         raise CodecError(f"schema version {version} is newer than supported {SCHEMA_VERSION}")
     if version < 1:
         raise CodecError(f"invalid schema version {version}")
     message = message_type()
     try:
-        message.ParseFromString(data[_FRAME.size:])
+        message.ParseFromString(payload)
     except DecodeError as exc:
         raise CodecError(f"protobuf decode of {message_type.__name__} failed: {exc}") from exc
     head = getattr(message, "header", None)
     if head is not None and head.schema_version > SCHEMA_VERSION:
         raise CodecError(f"header schema version {head.schema_version} is newer than supported")
     return message
+
+
+def _unframe(data: bytes | None) -> tuple[int, bytes]:
+    """(schema version, payload) of a checked or legacy frame."""
+    if data is None:
+        raise CodecError("empty record value (tombstone)")
+    magic = bytes(data[:2])
+    if magic == LEGACY_MAGIC and len(data) >= _LEGACY_FRAME.size:
+        return _LEGACY_FRAME.unpack_from(data)[1], data[_LEGACY_FRAME.size:]
+    if magic not in (MAGIC, LEGACY_MAGIC):
+        raise CodecError(f"bad magic {magic!r}: not an m1flow message")
+    if len(data) < _FRAME.size:
+        raise CodecError(f"value of {len(data)} bytes is shorter than the {_FRAME.size}-byte frame")
+    _, version, length, checksum = _FRAME.unpack_from(data)
+    payload = data[_FRAME.size:]
+    if len(payload) != length:
+        raise CodecError(f"truncated or padded: frame says {length} payload bytes, record has {len(payload)}")
+    if crc32c.crc32c(payload) != checksum:
+        raise CodecError("payload checksum mismatch: corrupted in transit or at rest")
+    return version, payload
 
 
 def to_json(message: Message) -> dict:

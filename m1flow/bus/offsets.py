@@ -29,6 +29,10 @@ class OffsetTracker:
         return {tp: min(self._pending[tp]) if self._pending[tp] else nxt
                 for tp, nxt in self._next.items()}
 
+    def read_positions(self) -> dict[tuple[str, int], int]:
+        """Per partition, one past the newest record handled (held ones included)."""
+        return dict(self._next)
+
     def forget(self, partitions: set[tuple[str, int]]) -> None:
         """Drop partitions this consumer no longer owns (after a rebalance)."""
         for tp in partitions:

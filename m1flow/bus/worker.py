@@ -11,15 +11,20 @@ import logging
 import threading
 import time
 import traceback
+from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 from google.protobuf.message import Message
-from kafka import ConsumerRebalanceListener, KafkaConsumer
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer
+from kafka.admin import MemberToRemove
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from m1flow.bus import codec
 from m1flow.bus.dedupe import SeenIds
+from m1flow.bus.liveness import Health, Liveness, LivenessConfig
 from m1flow.bus.offsets import OffsetTracker
 from m1flow.bus.producer import Producer
 from m1flow.bus.records import Record
@@ -101,14 +106,21 @@ class HandlerBase:
 
 
 class _Rebalance(ConsumerRebalanceListener):
+    """Records assignment changes; the worker applies them in its own thread right after poll().
+
+    kafka-python runs these callbacks on its IO loop, the thread that also heartbeats: touching the
+    handler's state there would race with the loop, and anything slow there stalls the group.
+    """
+
     def __init__(self, worker: "StreamWorker") -> None:
         self.worker = worker
 
     def on_partitions_revoked(self, revoked):  # noqa: ANN001 - kafka-python signature
-        self.worker._on_revoked({(tp.topic, tp.partition) for tp in revoked})
+        self.worker._events.append(("revoked", {(tp.topic, tp.partition) for tp in revoked}))
+        self.worker.liveness.revoked()
 
     def on_partitions_assigned(self, assigned):  # noqa: ANN001
-        log.info("assigned %s", sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
+        self.worker._events.append(("assigned", {(tp.topic, tp.partition) for tp in assigned}))
 
 
 class StreamWorker:
@@ -116,27 +128,49 @@ class StreamWorker:
                  producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
                  client_id: str | None = None, session_timeout_ms: int = 20_000,
                  start_offsets: dict[str, int] | None = None,
-                 stop_offsets: dict[str, int] | None = None, output_suffix: str = "") -> None:
+                 stop_offsets: dict[str, int] | None = None, output_suffix: str = "",
+                 static_member: bool = True, liveness: LivenessConfig | None = None,
+                 on_health: Callable[[Health], None] = lambda h: None) -> None:
         """start_offsets: None to join the group and resume from its commits; a dict
         ("topic/partition" -> offset, missing ones from the beginning) to own every partition and
         resume from positions the caller stored itself (the learner keeps them in its checkpoint).
         stop_offsets: replay mode; records at or past these offsets are left alone, and
-        `finished` turns true once every listed partition got there with nothing in flight."""
+        `finished` turns true once every listed partition got there with nothing in flight.
+        static_member: join with group.instance.id = client id (KIP-345), so a replica restarted
+        after a crash takes its partitions back at once instead of after the session timeout, and
+        the rest of the group never stops for it.
+        on_health: called whenever the liveness watchdog changes its verdict (see liveness.py)."""
+        self.bootstrap = bootstrap
         self.stop_offsets = stop_offsets
         self.group_id = group_id
         self.handler = handler
         self.service = service
         self.poll_ms = poll_ms
         self.max_records = max_records
-        self.producer = producer or Producer(bootstrap, client_id or service, suffix=output_suffix)
+        # records taken per poll: enough that the partitions' backlogs fill and can be served in turn
+        self.poll_records = max(max_records, 64)
+        self.client_id = client_id or service
+        self.producer = producer or Producer(bootstrap, self.client_id, suffix=output_suffix)
         self.tracker = OffsetTracker()
         self.seen = SeenIds()
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
+        self.static_member = static_member and start_offsets is None
+        self.liveness = Liveness(bootstrap, group_id, liveness or LivenessConfig(), on_health,
+                                 assigned_mode=start_offsets is not None)
+        self._events: deque[tuple[str, set[tuple[str, int]]]] = deque()
+        self._backlog: dict[TopicPartition, deque] = {}
+        self._at_stop: set[TopicPartition] = set()
+        self._throttled = False
+        # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
+        # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
+        # the library's default, is how long a wedged member could stop its whole group.
         self.consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id or service,
-            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=max_records,
+            bootstrap_servers=bootstrap, group_id=group_id, client_id=self.client_id,
+            group_instance_id=self.client_id if self.static_member else None,
+            partition_assignment_strategy=(CooperativeStickyAssignor,),
+            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.poll_records,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=600_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
+            max_poll_interval_ms=120_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
             max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
         for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
             self.consumer.partitions_for_topic(topic.name)
@@ -146,6 +180,9 @@ class StreamWorker:
             self._assign(start_offsets)
         self.ctx = Context(self)
         self._last_committed: dict[tuple[str, int], int] = {}
+        self.liveness.start()
+        if start_offsets is not None:
+            self.liveness.mark_ready()
 
     def _assign(self, start_offsets: dict[str, int]) -> None:
         parts = [TopicPartition(t.name, p) for t in self.handler.topics for p in
@@ -157,6 +194,13 @@ class StreamWorker:
                 self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek(tp, offset)
+        self.liveness.assigned({(tp.topic, tp.partition) for tp in parts})
+        if start_offsets:  # the group's commits then say where this consumer really resumes
+            try:
+                self.consumer.commit({TopicPartition(*key.rsplit("/", 1)[:1], int(key.rsplit("/", 1)[1])):
+                                      OffsetAndMetadata(off, "", -1) for key, off in start_offsets.items()})
+            except KafkaError as exc:
+                log.warning("could not record the start offsets as the group's commits: %s", exc)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -168,26 +212,86 @@ class StreamWorker:
                 return
 
     def step(self) -> int:
-        """One cycle: poll, handle, tick, flush, commit. Returns the number of records polled."""
-        batches = self.consumer.poll(timeout_ms=self.poll_ms, max_records=self.max_records)
-        if not batches and not self.consumer.assignment():
+        """One cycle: poll, handle (round-robin over partitions), tick, flush, commit.
+        Returns the number of records handled."""
+        self._fill_backlog()
+        count = self._drain_backlog()
+        self.handler.tick(self.ctx)
+        self.flush_and_commit()
+        self.liveness.handled(count)
+        self.liveness.stepped(self.tracker.read_positions())
+        return count
+
+    def throttle(self, paused: bool) -> None:
+        """Stop taking new records (backpressure, a pause command) without leaving the group."""
+        if paused != self._throttled:
+            self._throttled = paused
+            self.liveness.throttled(paused)
+
+    def _fill_backlog(self) -> None:
+        """Poll for partitions with nothing waiting; those with a backlog are paused meanwhile.
+
+        kafka-python hands out one partition's fetched records until they run out, so a consumer
+        that takes a few records per step (the rollout service takes one) would drain one
+        partition while the others wait; keeping a small backlog per partition and taking from
+        them in turn reads every owned partition at the same pace.
+        """
+        assigned = self.consumer.assignment()
+        busy = {tp for tp, q in self._backlog.items() if q}
+        hold = assigned if self._throttled else (busy | self._at_stop) & assigned
+        if hold:
+            self.consumer.pause(*hold)
+        free = [tp for tp in assigned - hold if tp in self.consumer.paused()]
+        if free:
+            self.consumer.resume(*free)
+        batches = self.consumer.poll(timeout_ms=0 if busy else self.poll_ms, max_records=self.poll_records)
+        self._apply_rebalance()
+        if not batches and not assigned:
             time.sleep(self.poll_ms / 1000)  # poll returns at once without partitions: don't spin
-        count = 0
+        owned = self.consumer.assignment()
         for tp, raw_records in batches.items():
+            if tp not in owned:  # revoked during this very poll
+                continue
+            queue = self._backlog.setdefault(tp, deque())
             end = self._stop_at(tp.topic, tp.partition)
             for raw in raw_records:
                 if raw.offset >= end:
-                    self.consumer.pause(tp)
+                    self._at_stop.add(tp)
                     break
-                count += 1
-                self._process(Record(tp.topic, tp.partition, raw.offset, raw.key, raw.value,
-                                     raw.timestamp))
-        self.handler.tick(self.ctx)
-        self.flush_and_commit()
+                queue.append(raw)
+
+    def _drain_backlog(self) -> int:
+        """Up to max_records records, one partition after the other; a partition served goes to the
+        back of the line, so the turn carries over from one step to the next."""
+        count = 0
+        while count < self.max_records and not self._throttled:
+            tp = next((tp for tp, q in self._backlog.items() if q), None)
+            if tp is None:
+                break
+            queue = self._backlog.pop(tp)
+            raw = queue.popleft()
+            self._backlog[tp] = queue
+            self._process(Record(tp.topic, tp.partition, raw.offset, raw.key, raw.value, raw.timestamp))
+            count += 1
         return count
 
+    def _apply_rebalance(self) -> None:
+        """Apply the assignment changes kafka-python reported during the last poll, in order."""
+        while self._events:
+            kind, partitions = self._events.popleft()
+            if kind == "revoked":
+                self._on_revoked(partitions)
+            else:
+                self.liveness.assigned(set(self._owned()))
+                self.liveness.mark_ready()
+                log.info("assigned %s", sorted(f"{t}/{p}" for t, p in partitions))
+
+    def _owned(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
     def lag(self) -> int:
-        """Records left to read on the assigned partitions, up to their end (replay: their stop offsets).
+        """Records left to handle on the owned partitions, up to their end (replay: their stop
+        offsets): the ones not yet read and the ones read into the backlog but not yet handled.
 
         Asks the broker for the end offsets (KafkaError when it cannot be reached); 0 means caught up.
         """
@@ -195,8 +299,9 @@ class StreamWorker:
         if not parts:
             return 0
         ends = self.consumer.end_offsets(parts)
-        return sum(max(0, min(ends[tp], self._stop_at(tp.topic, tp.partition)) - self.consumer.position(tp))
-                   for tp in parts)
+        unread = sum(max(0, min(ends[tp], self._stop_at(tp.topic, tp.partition)) - self.consumer.position(tp))
+                     for tp in parts)
+        return unread + sum(len(q) for q in self._backlog.values())
 
     def _stop_at(self, topic: str, partition: int) -> float:
         if self.stop_offsets is None:
@@ -206,7 +311,7 @@ class StreamWorker:
     @property
     def finished(self) -> bool:
         """Replay mode: every partition reached its stop offset and all outputs are committed."""
-        if self.stop_offsets is None or self.tracker.in_flight():
+        if self.stop_offsets is None or self.tracker.in_flight() or any(self._backlog.values()):
             return False
         for key, end in self.stop_offsets.items():
             topic, part = key.rsplit("/", 1)
@@ -240,8 +345,11 @@ class StreamWorker:
             self.tracker.done(record.topic, record.partition, record.offset)
 
     def dead_letter(self, record: Record, error: str) -> None:
+        # one letter per record and consumer group: a redelivery after a crash dedupes, and the
+        # letters of two groups that both reject a record say which group each came from
+        message_id = f"dlq:{self.group_id}:{record.position}"
         letter = events.DeadLetter(
-            header=codec.header(self.service), source_topic=record.topic,
+            header=codec.header(self.service, message_id=message_id), source_topic=record.topic,
             partition=record.partition, offset=record.offset, key=record.key or b"",
             value=record.value or b"", error=error[:4000], service=self.service,
             consumer_group=self.group_id)
@@ -267,19 +375,40 @@ class StreamWorker:
     def _on_revoked(self, partitions: set[tuple[str, int]]) -> None:
         """Forget the state of partitions handed to another member.
 
-        No commit here: the callback runs inside poll(), where calling back into the consumer is
-        not safe. Offsets left uncommitted are re-read by the next owner (at-least-once; consumers
-        dedupe), and everything already committable was committed at the end of the last step.
+        No commit here: everything committable was committed at the end of the last step, and
+        offsets left uncommitted are re-read by the next owner (at-least-once; consumers dedupe).
         """
         self.handler.on_revoked(partitions)
         self.tracker.forget(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
+            self._backlog.pop(TopicPartition(*tp), None)
 
     def close(self) -> None:
-        """Flush outputs, commit what may be committed, and leave the group (hands partitions back)."""
+        """Flush outputs, commit what may be committed, and hand the partitions back at once.
+
+        A static member's close does not leave the group (that is the point of static membership:
+        a crashed replica's restart takes its partitions straight back), so a graceful stop
+        removes the member explicitly; the others take its partitions now, not after the timeout.
+        """
+        self.liveness.close()
         try:
             self.flush_and_commit()
         finally:
             self.consumer.close(autocommit=False)
             self.producer.close()
+            if self.static_member:
+                _leave_static(self.bootstrap, self.group_id, self.client_id)
+
+
+def _leave_static(bootstrap: str, group_id: str, instance_id: str) -> None:
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{instance_id}-leave",
+                                 request_timeout_ms=10_000)
+        try:
+            admin.remove_group_members(group_id, [MemberToRemove(group_instance_id=instance_id)])
+        finally:
+            admin.close()
+    except Exception as exc:  # noqa: BLE001 - best effort: the session timeout frees them anyway
+        log.warning("could not leave group %s as %s (its partitions move after the session timeout): %r",
+                    group_id, instance_id, exc)

@@ -7,6 +7,7 @@ stopped broker restarts on the same ports and data (the broker-outage test relie
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
 
 
 class BrokerError(RuntimeError):
@@ -44,6 +46,7 @@ class BrokerState:
     controller_port: int
     cluster_id: str
     pid: int = 0
+    started_at: float = 0.0  # the process's create time: a pid alone may be reused, or not exec'd yet
 
     @property
     def bootstrap(self) -> str:
@@ -80,6 +83,7 @@ class Broker:
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap
         self.state_file = self.run_dir / "broker.json"
+        self._child: subprocess.Popen | None = None  # the process this object started, if any
 
     # ----------------------------------------------------------------- state
     def state(self) -> BrokerState | None:
@@ -98,6 +102,11 @@ class Broker:
         return state.bootstrap
 
     def _process(self) -> psutil.Process | None:
+        """The broker process of this run dir, identified by its pid and create time.
+
+        Not by its command line: right after the launcher forks, the child is still the Python
+        parent until it execs java, and a busy machine can keep it there for a while.
+        """
         state = self.state()
         if not state or not state.pid:
             return None
@@ -106,13 +115,15 @@ class Broker:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 proc.wait(0)
                 return None
-            if "kafka.Kafka" not in " ".join(proc.cmdline()):
-                return None  # the pid was reused by something else
-            return proc
-        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            if state.started_at:
+                return proc if abs(proc.create_time() - state.started_at) < 0.01 else None  # pid reused
+            return proc if "kafka.Kafka" in " ".join(proc.cmdline()) else None  # state of an older m1flow
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired, psutil.AccessDenied):
             return None
 
     def running(self) -> bool:
+        if self._child is not None:
+            return self._child.poll() is None
         return self._process() is not None
 
     # ------------------------------------------------------------- lifecycle
@@ -120,7 +131,8 @@ class Broker:
         """Start (or find running) the node and return its bootstrap address once it serves requests.
 
         A free port can be taken by another process between choosing it and the JVM binding it;
-        such a start is retried on new ports.
+        such a start is retried on new ports, keeping the data (a KRaft node's log does not depend
+        on its listeners' ports). A start that fails for any reason stops what it started.
         """
         for attempt in range(attempts):
             try:
@@ -128,10 +140,17 @@ class Broker:
             except BrokerError as exc:
                 if "Address already in use" not in str(exc) or attempt == attempts - 1:
                     raise
-                state = self.state()  # move to new ports; data written for the old address goes
-                self._save(BrokerState(free_port(), free_port(), state.cluster_id))
-                _wipe(self.run_dir / "data")
+                self._move_ports("a port was taken while the broker started")
         raise AssertionError("unreachable")
+
+    def _move_ports(self, why: str) -> BrokerState:
+        old = self.state()
+        state = BrokerState(free_port(), free_port(), old.cluster_id if old else uuid.uuid4().hex[:22])
+        self._save(state)
+        if old is not None:
+            log.warning("broker under %s moves from port %s to %s (%s); its data is kept",
+                        self.run_dir, old.port, state.port, why)
+        return state
 
     def _start(self, timeout: float) -> str:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -139,11 +158,10 @@ class Broker:
             self.wait_ready(timeout)
             return self.bootstrap
         state = self.state()
-        if state is None or not (_port_free(state.port) and _port_free(state.controller_port)):
-            keep_id = state.cluster_id if state else uuid.uuid4().hex[:22]
-            state = BrokerState(port=free_port(), controller_port=free_port(), cluster_id=keep_id)
-            if self.state() is not None:  # ports changed: the old data belongs to another address
-                _wipe(self.run_dir / "data")
+        if state is None:
+            state = self._move_ports("first start")
+        elif not (_port_free(state.port) and _port_free(state.controller_port)):
+            state = self._move_ports(f"port {state.port} or {state.controller_port} is taken by another process")
         props = self._write_config(state)
         classpath = str(jar_dir() / "*")
         java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
@@ -156,14 +174,15 @@ class Broker:
         if fmt.returncode != 0:
             raise BrokerError(f"formatting the log dir failed: {fmt.stdout}{fmt.stderr}")
         with open(self.run_dir / "broker.out", "ab") as out:
-            proc = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        state.pid = proc.pid
+            self._child = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           start_new_session=True)
+        state.pid = self._child.pid
+        state.started_at = psutil.Process(self._child.pid).create_time()
         self._save(state)
         try:
             self.wait_ready(timeout)
-        except BrokerError:
+        except BaseException:
             self.stop()
             raise
         return state.bootstrap
@@ -176,7 +195,8 @@ class Broker:
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             if not self.running():
-                raise BrokerError(f"broker process exited during start-up:\n{self._errors()}")
+                code = self._child.returncode if self._child is not None else "unknown"
+                raise BrokerError(f"broker process exited during start-up (exit code {code}):\n{self._errors()}")
             try:
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
                                          client_id="m1flow-ready")
@@ -201,18 +221,23 @@ class Broker:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`; safe to call when nothing runs."""
-        proc = self._process()
-        if proc is None:
+        pid = self._child.pid if self._child is not None and self._child.poll() is None else None
+        if pid is None:
+            proc = self._process()
+            pid = proc.pid if proc is not None else None
+        if pid is None:
             return
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        try:
-            proc.wait(timeout)
-        except psutil.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        if not _wait_gone(pid, self._child, timeout):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_gone(pid, self._child, 10)
+        self._child = None
 
     # ---------------------------------------------------------------- config
     def _write_config(self, state: BrokerState) -> Path:
@@ -261,10 +286,21 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def _wipe(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+def _wait_gone(pid: int, child: subprocess.Popen | None, timeout: float) -> bool:
+    """Wait for the process to exit (reaping it if it is our child); True when it is gone."""
+    if child is not None and child.pid == pid:
+        try:
+            child.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        return False
+    return True
 
 
 def _tail(path: Path, lines: int = 30) -> str:

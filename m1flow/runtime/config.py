@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, Field
 
+from m1flow.bus.liveness import LivenessConfig
+
 T = TypeVar("T", bound="ServiceConfig")
 
 
@@ -34,6 +36,8 @@ class ServiceConfig(BaseModel):
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
     stop_offsets: dict[str, int] | None = Field(
         None, description="replay: stop at these offsets ('topic/partition' -> end) and exit")
+    liveness: LivenessConfig = Field(default_factory=LivenessConfig,
+                                     description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"
     log_json: bool = True
 

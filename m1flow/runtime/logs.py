@@ -37,6 +37,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class RepeatFilter(logging.Filter):
+    """Lets the first of a run of like messages through, then one summary per `every_s` seconds.
+
+    During a broker outage every Kafka client logs a connection error per reconnect attempt;
+    a few dozen lines a second would bury the one line that matters."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.levelno}:{str(record.msg)[:40]}"
+        now = time.monotonic()
+        last, suppressed = self._last.get(key, (-self.every_s, 0))
+        if now - last < self.every_s:
+            self._last[key] = (last, suppressed + 1)
+            return False
+        if suppressed:
+            record.msg = f"{record.msg} ({suppressed} like messages in the last {now - last:.0f}s suppressed)"
+        self._last[key] = (now, 0)
+        return True
+
+
 def setup(service: str, replica: int = 0, level: str = "INFO", json_lines: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if json_lines:
@@ -48,3 +72,11 @@ def setup(service: str, replica: int = 0, level: str = "INFO", json_lines: bool 
     root.setLevel(level)
     for noisy in ("kafka", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    handler.addFilter(_KafkaRepeats())
+
+
+class _KafkaRepeats(RepeatFilter):
+    """RepeatFilter for the Kafka client's records only; everything else passes untouched."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("kafka") or super().filter(record)

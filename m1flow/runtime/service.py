@@ -10,11 +10,13 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import grpc
 
 from m1flow.bus.admin import ensure_topics
+from m1flow.bus.liveness import Health
 from m1flow.bus.worker import Handler, StreamWorker
 from m1flow.runtime import health, logs
 from m1flow.runtime.config import ServiceConfig
@@ -30,6 +32,7 @@ class Service(ABC):
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.stop = threading.Event()
+        self.on_health: Callable[[Health], None] = lambda health: None  # set by main()
 
     @property
     def group_id(self) -> str:
@@ -48,6 +51,7 @@ class Service(ABC):
         kwargs.setdefault("client_id", f"{self.name}-{self.config.replica}")
         return StreamWorker(self.config.bootstrap, self.group_id, handler, self.name,
                             stop_offsets=self.config.stop_offsets, output_suffix=self.config.output_suffix,
+                            liveness=self.config.liveness, on_health=lambda verdict: self.on_health(verdict),
                             **kwargs)
 
     def loop(self) -> None:
@@ -63,6 +67,7 @@ def ready_file(run_dir: Path, name: str, replica: int, ready_dir: Path | None = 
 
 
 def main(cls: type[Service], argv: list[str] | None = None) -> None:
+    """Run one service process: NOT_SERVING until it can do its work, then as its liveness says."""
     config = cls.Config.load(argv)
     logs.setup(cls.name, config.replica, config.log_level, config.log_json)
     service = cls(config)
@@ -73,10 +78,12 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
                                                             config.grpc_workers)
     names = service.register(server)
+    service.on_health = lambda verdict: health.set_serving(health_servicer, names, verdict.healthy)
     server.start()
     metrics_port = health.metrics_server(config.metrics_host, config.metrics_port)
     service.start()
-    health.set_serving(health_servicer, names, True)
+    if not hasattr(service, "stream"):  # no consumer: ready once started
+        health.set_serving(health_servicer, names, True)
     ready = ready_file(config.run_dir, cls.name, config.replica, config.ready_dir)
     ready.parent.mkdir(parents=True, exist_ok=True)
     tmp = ready.with_suffix(".tmp")
@@ -84,10 +91,11 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     tmp.write_text(json.dumps({"pid": os.getpid(), "grpc": f"{address}:{grpc_port}",
                                "metrics_port": metrics_port, "started": time.time()}))
     tmp.replace(ready)
-    log.info("ready: grpc 127.0.0.1:%s metrics %s group %s", grpc_port, metrics_port, service.group_id)
+    log.info("started: grpc 127.0.0.1:%s metrics %s group %s", grpc_port, metrics_port, service.group_id)
     try:
         service.loop()
     finally:
+        service.on_health = lambda verdict: None
         health.set_serving(health_servicer, names, False)
         try:
             service.shutdown()

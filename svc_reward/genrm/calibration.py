@@ -19,6 +19,8 @@ from typing import Iterable
 
 import numpy as np
 
+from m1flow.stats import fit_logistic
+
 from .config import CalibrationConfig
 
 
@@ -45,24 +47,6 @@ class LengthCoefficients:
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
-
-
-def fit_logistic(x: np.ndarray, p: np.ndarray, l2: float, max_iter: int) -> tuple[float, float]:
-    """(b0, b1) minimising mean cross-entropy of soft targets p against sigmoid(b0 + b1 x), ridge l2.
-
-    Newton's method on two parameters; the ridge keeps them finite when x separates p perfectly.
-    """
-    design = np.stack([np.ones_like(x), x], axis=1)
-    beta = np.zeros(2)
-    for _ in range(max_iter):
-        q = 1.0 / (1.0 + np.exp(-(design @ beta)))
-        grad = design.T @ (q - p) / len(p) + l2 * beta
-        hess = (design.T * (q * (1 - q))) @ design / len(p) + l2 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        beta -= step
-        if np.abs(step).max() < 1e-10:
-            break
-    return float(beta[0]), float(beta[1])
 
 
 def _sigmoid(z: float) -> float:

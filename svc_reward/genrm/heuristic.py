@@ -5,6 +5,7 @@ run against them unchanged, and the answer each of those should produce can be d
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Mapping
 
 from .judge import JudgeError
@@ -15,26 +16,30 @@ class QualityJudge:
     """Prefers the answer with the higher hidden value: quality + length_bonus * len(answer).
 
     Answers whose values differ by at most `margin` tie. An answer missing from a quality table
-    is a JudgeError, the same as a judge that could not read it.
+    is a JudgeError, the same as a judge that could not read it. With `bonus_after`, the length
+    bonus starts only after that many judgements: a judge that turns length-biased mid-run.
     """
 
     def __init__(self, quality: Mapping[str, float] | Callable[[str], float],
-                 length_bonus: float = 0.0, margin: float = 0.0) -> None:
+                 length_bonus: float = 0.0, margin: float = 0.0, bonus_after: int = 0) -> None:
         self.quality = quality
         self.length_bonus = length_bonus
         self.margin = margin
+        self.bonus_after = bonus_after
+        self.judgements = itertools.count()  # next() is atomic: scoring threads share the judge
 
-    def value(self, answer: str) -> float:
+    def value(self, answer: str, length_bonus: float | None = None) -> float:
         if callable(self.quality):
             base = self.quality(answer)
         elif answer in self.quality:
             base = self.quality[answer]
         else:
             raise JudgeError(f"no hidden quality for answer {answer[:40]!r}")
-        return base + self.length_bonus * len(answer)
+        return base + (self.length_bonus if length_bonus is None else length_bonus) * len(answer)
 
     def judge(self, prompt: str, first: str, second: str) -> Verdict:
-        diff = self.value(first) - self.value(second)
+        bonus = self.length_bonus if next(self.judgements) >= self.bonus_after else 0.0
+        diff = self.value(first, bonus) - self.value(second, bonus)
         if diff > self.margin:
             return Verdict.FIRST
         if diff < -self.margin:

@@ -2,8 +2,10 @@
 
 Why an executor callable: the verifier must never run model code itself. It hands each run to
 `executor(ExecRequest) -> ExecResult`: the local jail in tests, a gRPC client of svc_sandbox in the
-service. A program that crashes, loops or floods its output fails that test (reward 0 for it);
-only a sandbox_error marks the sample unusable, since it says nothing about the program.
+service (both from `svc_sandbox.client`). A program that crashes, loops or floods its output fails
+that test (reward 0 for it); only an infrastructure failure (SANDBOX_ERROR) marks the sample
+unusable, since it says nothing about the program. A task the sandbox refuses (an unsupported
+language, a limit over the server's cap) is the task's fault: JUDGE_ERROR, never a 0.
 """
 from __future__ import annotations
 
@@ -16,12 +18,10 @@ from pydantic import BaseModel, Field
 
 from svc_reward.result import RewardParts, ScoreResult, Status
 from svc_reward.verifiers.extract import after_reasoning
-from svc_sandbox.backend import Executor, canonical_language
-from svc_sandbox.limits import ExecRequest, ExecResult, ExecStatus, Limits
+from svc_sandbox.client import Executor, ExecRequest, ExecResult, InvalidRequest, Limits, fence_tags
+from svc_sandbox.client import Status as RunStatus
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_TAGS = {"python": {"python", "python3", "py"}, "c": {"c"}, "cpp": {"cpp", "c++", "cc", "cxx"},
-         "bash": {"bash", "sh", "shell"}}
 
 
 class TestCase(BaseModel):
@@ -41,11 +41,7 @@ def extract_code(response: str, language: str = "python") -> str | None:
     blocks = _FENCE.findall(after_reasoning(response))
     if not blocks:
         return None
-    try:
-        name = canonical_language(language)
-    except ValueError:  # the sandbox will say it cannot run it
-        name = language.lower()
-    wanted = _TAGS.get(name, {name})
+    wanted = fence_tags(language)
     for preferred in (lambda tag: tag.lower() in wanted, lambda tag: tag == "", lambda tag: True):
         chosen = [code for tag, code in blocks if preferred(tag)]
         if chosen:
@@ -67,8 +63,8 @@ def outputs_match(actual: str, expected: str) -> bool:
 
 def _verdict(result: ExecResult, case: TestCase) -> str:
     """'pass', or why the test failed."""
-    if result.status is not ExecStatus.OK:
-        return result.status.value
+    if result.status is not RunStatus.OK:
+        return result.status.name.lower()
     return "pass" if outputs_match(result.stdout_text, case.expected_stdout) else "wrong_answer"
 
 
@@ -96,11 +92,15 @@ class CodeVerifier:
         with ThreadPoolExecutor(self.config.parallel) as pool:
             for start in range(0, len(tests), self.config.parallel):
                 batch = tests[start:start + self.config.parallel]
-                for case, result in zip(batch, pool.map(run, batch)):
-                    if result.status is ExecStatus.SANDBOX_ERROR:
+                try:
+                    results = list(pool.map(run, batch))
+                except InvalidRequest as err:
+                    return ScoreResult.failed(Status.JUDGE_ERROR, f"the sandbox refused the task: {err}")
+                for case, result in zip(batch, results):
+                    if result.status.is_infra_failure:
                         return ScoreResult.failed(Status.SANDBOX_ERROR, result.detail)
                     verdicts.append(_verdict(result, case))
-                    if result.status is ExecStatus.COMPILE_ERROR:
+                    if result.status is RunStatus.COMPILE_ERROR:
                         return self._score(verdicts, len(tests), result.stderr_text[-300:])
                 if self.config.mode == "all" and any(v != "pass" for v in verdicts):
                     break

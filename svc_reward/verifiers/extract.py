@@ -13,6 +13,9 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
     r"^[\s>*_#-]*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\*\*)?\s*(?:is)?\s*(?:\*\*)?\s*[:：]\s*(.+?)\s*$",
     re.IGNORECASE | re.MULTILINE)
+_HASHES_LINE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)  # GSM8K's final line
+_ANSWER_IS = re.compile(  # "Therefore, the answer is 12." and Minerva's "The final answer is $x$. I hope it is correct."
+    r"\banswer\s+is\s*[:：]?\s*(.+?)\s*(?:\.\s*I hope it is correct\.?)?\s*$", re.IGNORECASE | re.MULTILINE)
 _BOLD_ON_ANSWER_LINE = re.compile(r"^.*\banswer\b.*$", re.IGNORECASE | re.MULTILINE)
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")]
@@ -71,6 +74,20 @@ def _last_answer_line(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def _last_hashes_line(text: str) -> str | None:
+    found = _HASHES_LINE.findall(text)
+    return found[-1] if found else None
+
+
+def _last_answer_is(text: str) -> str | None:
+    found = _ANSWER_IS.findall(text)
+    return found[-1] if found else None
+
+
+def _answer_tag(text: str) -> str | None:
+    return last_tag(text, "answer")
+
+
 def _last_bold_on_answer_line(text: str) -> str | None:
     """'The final answer is **3**.': math-verify misses markdown bold, so we pick it up here."""
     for line in reversed(_BOLD_ON_ANSWER_LINE.findall(text)):
@@ -81,13 +98,20 @@ def _last_bold_on_answer_line(text: str) -> str | None:
 
 
 def extract_math_answer(response: str) -> str | None:
-    """The final math answer: last \\boxed{}, else an 'Answer:' line, else a bold answer span."""
+    """The final math answer, in the forms math RL datasets ask for, the first form found winning.
+
+    Last \\boxed{}; an <answer> tag (R1-Zero style prompts); an 'Answer:' line (DAPO-Math); a
+    '#### 42' line (GSM8K); 'the (final) answer is ...' (Minerva's "I hope it is correct" included);
+    a bold span on a line that mentions the answer.
+    """
     tail = after_reasoning(response)
-    for finder in (last_boxed, _last_answer_line, _last_bold_on_answer_line):
+    for finder in (last_boxed, _answer_tag, _last_answer_line, _last_hashes_line, _last_answer_is,
+                   _last_bold_on_answer_line):
         found = finder(tail)
         if found is not None:
             boxed_inside = last_boxed(found)
-            answer = strip_delimiters(boxed_inside if boxed_inside is not None else found)
+            found = boxed_inside if boxed_inside is not None else (_last_answer_is(found) or found)
+            answer = strip_delimiters(found)
             if answer:
                 return answer
     return None

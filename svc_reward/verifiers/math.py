@@ -2,23 +2,31 @@
 
 Why processes: math-verify's own timeouts rely on signal.alarm (main thread only) and raise a
 BaseException, and SymPy can hang or eat memory on adversarial answers. So we switch its timeouts
-off and run it in a small pool of spawned workers; a worker that misses the deadline is killed and
+off and run it in a small pool of worker programs; a worker that misses the deadline is killed and
 replaced, and the sample is marked as a timeout (dropped by the learner, never scored 0).
+The workers are a program of their own (math_worker.py), not multiprocessing targets, so the pool
+works from a plain script without a `__main__` guard, a notebook and a service alike.
 Answer extraction happens in the caller so a missing answer costs no round trip.
 """
 from __future__ import annotations
 
 import atexit
-import multiprocessing as mp
+import json
+import os
 import queue
 import re
+import subprocess
+import sys
 import threading
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import extract_math_answer, last_boxed, strip_delimiters
+
+_WORKER = Path(__file__).with_name("math_worker.py")
 
 
 class MathVerifyConfig(BaseModel):
@@ -29,103 +37,53 @@ class MathVerifyConfig(BaseModel):
     max_tasks_per_worker: int = Field(1000, ge=1, description="recycle workers to drop SymPy caches")
 
 
-# ---------------------------------------------------------------- inside the worker process
-
-def _is_plain_number(x: object) -> bool:
-    from sympy import Expr
-    return isinstance(x, Expr) and bool(x.is_number)
-
-
-def _tiny_numbers_differ(gold: object, pred: object) -> bool:
-    """math-verify rounds to 6 decimals, so 1/2004! == 1/2006!; compare tiny values relatively."""
-    from sympy import Abs
-    if not (_is_plain_number(gold) and _is_plain_number(pred)):
-        return False
-    a, b = gold.evalf(30), pred.evalf(30)
-    scale = max(Abs(a), Abs(b))
-    return bool(0 < scale < 1e-6 and Abs(a - b) > 1e-6 * scale)
-
-
-def _identities_differ(gold: object, pred: object, verify) -> bool:
-    """Two identities (1+1=2, 2+2=4) both reduce to 0=0 and math-verify calls them equal; compare sides."""
-    from sympy import Eq, simplify
-    if not (isinstance(gold, Eq) and isinstance(pred, Eq)):
-        return False
-    if simplify(gold.lhs - gold.rhs) != 0 or simplify(pred.lhs - pred.rhs) != 0:
-        return False
-    same = lambda g, p: verify(g, p, timeout_seconds=None)  # noqa: E731
-    return not ((same(gold.lhs, pred.lhs) and same(gold.rhs, pred.rhs))
-                or (same(gold.lhs, pred.rhs) and same(gold.rhs, pred.lhs)))
-
-
-def judge(gold_text: str, pred_text: str) -> tuple[str, str]:
-    """('correct' | 'wrong' | 'bad_gold', detail) for two \\boxed{} strings; runs math-verify untimed."""
-    from math_verify import parse, verify
-    gold = parse(gold_text, parsing_timeout=None)
-    if not gold:
-        return "bad_gold", f"gold did not parse: {gold_text[:200]}"
-    pred = parse(pred_text, parsing_timeout=None)
-    if not pred:
-        return "wrong", "answer did not parse"
-    if not verify(gold, pred, timeout_seconds=None):
-        return "wrong", f"{pred[-1]} != {gold[-1]}"
-    try:
-        if _tiny_numbers_differ(gold[0], pred[0]):
-            return "wrong", "tiny numbers differ relatively"
-        if _identities_differ(gold[0], pred[0], verify):
-            return "wrong", "different identities"
-    except Exception:  # noqa: BLE001  (a failed extra check leaves math-verify's verdict)
-        pass
-    return "correct", f"{pred[-1]} == {gold[-1]}"
-
-
-def _worker_main(conn: Connection, memory_mb: int) -> None:
-    import logging
-    import resource
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import math_verify  # noqa: F401  (pay the SymPy import before saying ready)
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    judge(r"\boxed{1}", r"\boxed{1}")  # warm the parser so the first real deadline is fair
-    if memory_mb:
-        limit = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send("ready")
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        try:
-            conn.send(judge(*job))
-        except Exception as err:  # noqa: BLE001  (report, keep serving)
-            conn.send(("error", f"{type(err).__name__}: {err}"[:300]))
-
-
-# ---------------------------------------------------------------- in the caller
-
 class _Worker:
-    def __init__(self, ctx: mp.context.BaseContext, cfg: MathVerifyConfig) -> None:
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, cfg.memory_mb), daemon=True,
-                                   name="math-verify-worker")
-        self.process.start()
-        child.close()
+    """One math-verify worker process and its two pipes.
+
+    math_worker.py runs by path with -P, so its folder (which holds this `math` module) does not
+    shadow the standard library's `math` in the worker.
+    """
+
+    def __init__(self, cfg: MathVerifyConfig) -> None:
+        jobs_r, jobs_w = os.pipe()
+        verdicts_r, verdicts_w = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", str(_WORKER), str(jobs_r), str(verdicts_w), str(cfg.memory_mb)],
+                pass_fds=(jobs_r, verdicts_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                close_fds=True)
+        except BaseException:
+            for fd in (jobs_r, jobs_w, verdicts_r, verdicts_w):
+                os.close(fd)
+            raise
+        os.close(jobs_r)
+        os.close(verdicts_w)
+        self.jobs, self.verdicts = Connection(jobs_w, readable=False), Connection(verdicts_r, writable=False)
         self.tasks = 0
         try:
-            ready = self.conn.poll(cfg.startup_timeout_s) and self.conn.recv() == "ready"
-        except EOFError:
+            ready = self.verdicts.poll(cfg.startup_timeout_s) and json.loads(self.verdicts.recv_bytes()) == "ready"
+        except (EOFError, OSError, ValueError):
             ready = False
         if not ready:
             self.kill()
             raise RuntimeError("math-verify worker did not start")
 
+    def ask(self, gold: str, pred: str, deadline: float) -> tuple[str, str] | None:
+        """(verdict, detail), or None when the worker missed the deadline."""
+        self.jobs.send_bytes(json.dumps([gold, pred]).encode())
+        if not self.verdicts.poll(deadline):
+            return None
+        verdict, detail = json.loads(self.verdicts.recv_bytes())
+        return verdict, detail
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
     def kill(self) -> None:
         self.process.kill()
-        self.process.join(5)
-        self.conn.close()
+        self.process.wait(5)
+        self.jobs.close()
+        self.verdicts.close()
 
 
 _THIN_SPACE_GROUPS = re.compile(r"(?<=\d)(?:\\,|\\ |~|\\!)(?=\d{3}\b)")
@@ -146,7 +104,6 @@ class MathVerifierPool:
 
     def __init__(self, config: MathVerifyConfig | None = None) -> None:
         self.config = config or MathVerifyConfig()
-        self._ctx = mp.get_context("spawn")
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._slots = threading.BoundedSemaphore(self.config.workers)
         self._closed = False
@@ -173,12 +130,12 @@ class MathVerifierPool:
                 return ScoreResult.failed(Status.SANDBOX_ERROR, f"math-verify worker did not start: {err!r}")
             healthy = False
             try:
-                worker.conn.send(job)
-                if not worker.conn.poll(deadline):
+                answered = worker.ask(*job, deadline)
+                if answered is None:
                     return ScoreResult.failed(Status.VERIFIER_TIMEOUT, f"math-verify over {deadline:.1f}s")
-                verdict, detail = worker.conn.recv()
+                verdict, detail = answered
                 healthy = True
-            except (EOFError, OSError) as err:
+            except (EOFError, OSError, ValueError) as err:
                 return ScoreResult.failed(Status.SANDBOX_ERROR, f"math-verify worker died: {err!r}")
             finally:
                 self._checkin(worker, healthy)
@@ -192,7 +149,7 @@ class MathVerifierPool:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            return _Worker(self._ctx, self.config)
+            return _Worker(self.config)
 
     def _checkin(self, worker: _Worker, healthy: bool) -> None:
         worker.tasks += 1

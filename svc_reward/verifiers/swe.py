@@ -3,31 +3,29 @@
 A FAIL_TO_PASS test counts only when it PASSED (or XFAIL): skipped, failed, errored or missing is
 a failure, so a patch cannot win by skipping the test it should fix. PASS_TO_PASS tests must stay
 passing under the same rule. Reward 1 only for FULL. A patch that does not apply is the model's
-failure (reward 0, status ok); a sandbox failure is ours (sandbox_error, dropped by the learner).
+failure (reward 0, status ok); a sandbox failure is ours (SANDBOX_ERROR, dropped by the learner),
+and so is a snapshot or spec the sandbox refuses (JUDGE_ERROR: the task is broken, not the patch).
 A test run that hits the time or memory limit scores what the log shows (the missing tests fail).
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import after_reasoning
-from svc_sandbox.backend import Executor
-from svc_sandbox.limits import Limits
-from svc_sandbox.swe import DEFAULT_TEST_COMMAND, RunTestsRequest, RunTestsResult, run_tests
+from svc_sandbox.client import DEFAULT_TEST_COMMAND, InvalidRequest, Limits, RunTestsRequest, TestsRunner
 
 PASSING = frozenset({"PASSED", "XFAIL"})
 _DIFF_FENCE = re.compile(r"```[ \t]*(?:diff|patch)[^\n]*\n(.*?)```", re.DOTALL)
 _RAW_DIFF = re.compile(r"^(?:diff --git |--- a/|--- )", re.MULTILINE)
-Runner = Callable[[RunTestsRequest], RunTestsResult]
 
 
 class SweTask(BaseModel):
-    repo_tar: bytes = Field(description="repository snapshot (svc_sandbox.swe.snapshot_tar)")
+    repo_tar: bytes = Field(description="repository snapshot (svc_sandbox.client.snapshot_tar)")
     fail_to_pass: list[str]
     pass_to_pass: list[str] = Field(default_factory=list)
     test_command: str = DEFAULT_TEST_COMMAND
@@ -82,14 +80,10 @@ def extract_patch(response: str) -> str | None:
 
 
 class SweVerifier:
-    """`runner` runs a RunTestsRequest: svc_sandbox's RunTests client, or `from_executor(...)`."""
+    """`runner` runs a RunTestsRequest: `SandboxClient.run_tests`, or a local `Sandbox.run_tests`."""
 
-    def __init__(self, runner: Runner):
+    def __init__(self, runner: TestsRunner):
         self.runner = runner
-
-    @classmethod
-    def from_executor(cls, executor: Executor) -> SweVerifier:
-        return cls(lambda request: run_tests(executor, request))
 
     def verify(self, response: str, task: SweTask) -> ScoreResult:
         patch = extract_patch(response)
@@ -98,10 +92,13 @@ class SweVerifier:
         return self.score_patch(patch, task)
 
     def score_patch(self, patch: str, task: SweTask) -> ScoreResult:
-        result = self.runner(RunTestsRequest(repo_tar=task.repo_tar, patch=patch, fail_to_pass=task.fail_to_pass,
-                                             pass_to_pass=task.pass_to_pass, test_command=task.test_command,
-                                             limits=task.limits))
-        if result.status == "sandbox_error":
+        try:
+            result = self.runner(RunTestsRequest(repo_tar=task.repo_tar, patch=patch, fail_to_pass=task.fail_to_pass,
+                                                 pass_to_pass=task.pass_to_pass, test_command=task.test_command,
+                                                 limits=task.limits))
+        except InvalidRequest as err:
+            return ScoreResult.failed(Status.JUDGE_ERROR, f"the sandbox refused the task: {err}")
+        if result.status.is_infra_failure:
             return ScoreResult.failed(Status.SANDBOX_ERROR, result.detail)
         if not result.patch_applied:
             return ScoreResult.scored(False, detail=result.detail or "patch did not apply")

@@ -38,3 +38,40 @@ def test_kafka_start_status_stop(tmp_path):
     assert m1flow(*run, "kafka", "start").strip() == address  # idempotent: finds the running node
     m1flow(*run, "kafka", "stop")
     assert m1flow(*run, "kafka", "status").startswith("stopped")
+
+
+def test_without_a_broker_every_command_says_what_to_do_in_one_line(tmp_path):
+    for args in (["status"], ["topics", "list"], ["dlq"], ["feed", "--n", "1"]):
+        out = subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(tmp_path), *args],
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert out.returncode == 2, (args, out.stderr)
+        assert "Traceback" not in out.stderr
+        lines = [line for line in out.stderr.splitlines() if line.startswith("m1flow: error:")]
+        assert len(lines) == 1 and "m1flow up" in lines[0], out.stderr
+    unreachable = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", "127.0.0.1:1", "status"],
+                                 capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert unreachable.returncode == 2 and "Traceback" not in unreachable.stderr
+    assert "cannot reach Kafka at 127.0.0.1:1" in unreachable.stderr
+
+
+def test_dlq_names_the_consumer_group_of_each_letter(bootstrap):
+    from m1flow.bus.topics import DLQ
+
+    producer = Producer(bootstrap, "cli-dlq")
+    for group in ("m1flow-learner", "m1flow-monitor"):  # one bad record, rejected by two groups
+        letter = events.DeadLetter(header=codec.header(group, message_id=f"dlq:{group}:scored/0@7"),
+                                   source_topic="scored", partition=0, offset=7, error="undecodable: bad magic",
+                                   service=group.split("-")[1], consumer_group=group)
+        producer.send(DLQ, "scored", letter)
+    producer.flush()
+    listing = m1flow("--bootstrap", bootstrap, "dlq").splitlines()
+    rows = [line for line in listing if line.startswith("scored/0@7")]
+    assert {row.split()[1] for row in rows} == {"m1flow-learner", "m1flow-monitor"}
+    only = m1flow("--bootstrap", bootstrap, "dlq", "--group", "m1flow-monitor").splitlines()
+    assert [row.split()[1] for row in only if row.startswith("scored/0@7")] == ["m1flow-monitor"]
+
+
+def test_feeding_the_same_seed_twice_gives_fresh_prompt_ids(bootstrap):
+    first = m1flow("--bootstrap", bootstrap, "feed", "--n", "2", "--seed", "5")
+    second = m1flow("--bootstrap", bootstrap, "feed", "--n", "2", "--seed", "5")
+    assert first.split("(")[1] != second.split("(")[1]

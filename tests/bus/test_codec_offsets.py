@@ -29,6 +29,47 @@ def test_bad_values_are_rejected_with_a_reason(data, reason):
         codec.decode(data, events.Rollout)
 
 
+def _scored_group(samples: int = 8) -> events.ScoredGroup:
+    group = events.ScoredGroup(header=codec.header("t", group_id="g"), group_id="g", group_size=samples)
+    for i in range(samples):
+        group.samples.add(rollout_id=f"g/{i}", index=i, reward=float(i % 2), token_ids=list(range(40)),
+                          logprobs=[-0.5] * 40, prompt_token_ids=[1, 2, 3])
+    return group
+
+
+def _parses(payload: bytes) -> bool:
+    try:
+        events.ScoredGroup.FromString(payload)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def test_a_truncated_message_is_rejected_not_parsed_as_a_smaller_one():
+    """Protobuf alone parses half a ScoredGroup as a group of fewer samples with the same id."""
+    whole = codec.encode(_scored_group())
+    half = next(whole[:cut] for cut in range(len(whole) // 2, len(whole)) if _parses(whole[12:cut]))
+    assert len(events.ScoredGroup.FromString(half[12:]).samples) < 8  # what protobuf alone accepts
+    with pytest.raises(codec.CodecError, match="truncated"):
+        codec.decode(half, events.ScoredGroup)
+    with pytest.raises(codec.CodecError, match="truncated or padded"):
+        codec.decode(whole + b"\x00", events.ScoredGroup)
+
+
+def test_a_corrupted_byte_fails_the_checksum():
+    data = bytearray(codec.encode(_scored_group()))
+    data[len(data) // 2] ^= 0x01
+    with pytest.raises(codec.CodecError, match="checksum"):
+        codec.decode(bytes(data), events.ScoredGroup)
+
+
+def test_legacy_frames_without_length_and_checksum_still_decode():
+    """Topics written before the checked frame replay: b"M1" + version, then the payload."""
+    group = _scored_group(3)
+    legacy = b"M1\x00\x01" + group.SerializeToString()
+    assert codec.decode(legacy, events.ScoredGroup) == group
+
+
 def test_future_schema_is_rejected_in_frame_and_header():
     msg = events.Rollout(header=codec.header("t"))
     with pytest.raises(codec.CodecError, match="newer"):

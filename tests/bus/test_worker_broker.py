@@ -51,3 +51,86 @@ def test_commit_waits_for_held_records_and_dedupes(bootstrap):
         assert committed(bootstrap, "test-holder") == base + 4
     finally:
         worker.close()
+
+
+class Slow(HandlerBase):
+    """Records which partition each record came from; blocks forever on a record saying 'block'."""
+
+    def __init__(self, topics) -> None:  # noqa: ANN001
+        self.topics = topics
+        self.partitions: list[int] = []
+        self.release = None
+
+    def handle(self, message, record, ctx):  # noqa: ANN001
+        self.partitions.append(record.partition)
+        time.sleep(0.02)  # slow work, as generating a group is
+        if message.reason == "block":
+            import threading
+
+            self.release = threading.Event()
+            self.release.wait(60)
+
+
+def fresh_topic(bootstrap: str, name: str, partitions: int = 4):
+    from m1flow.bus.admin import ensure_topics
+    from m1flow.bus.topics import CONTROL as base
+
+    spec = base.renamed(name)
+    spec = type(spec)(spec.name, spec.value_type, spec.key, partitions)
+    ensure_topics(bootstrap, (spec,))
+    return spec
+
+
+def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap):
+    """kafka-python hands out one partition's fetched records until they run out; the worker's
+    per-partition backlog makes a consumer that takes one record per step go round the partitions."""
+    topic = fresh_topic(bootstrap, "control.fair")
+    producer = Producer(bootstrap, "t-fair")
+    for p in range(4):
+        for i in range(30):
+            producer.send(topic, f"k{p}", events.Control(header=codec.header("t"), reason=f"{p}-{i}"), partition=p)
+    producer.flush()
+    handler = Slow((topic,))
+    worker = StreamWorker(bootstrap, "test-fair", handler, "test", max_records=1)
+    try:
+        deadline = time.monotonic() + 60
+        while len(handler.partitions) < 40 and time.monotonic() < deadline:
+            worker.step()
+        first = handler.partitions[:40]
+        runs, current = [], 1
+        for a, b in zip(first, first[1:]):
+            current = current + 1 if a == b else 1
+            runs.append(current)
+        # before: one partition drained before the next was touched, e.g. [0] * 30 + [2] * 10
+        assert set(first) == {0, 1, 2, 3} and max(runs) <= 5, first
+    finally:
+        worker.close()
+
+
+def test_health_turns_serving_on_assignment_and_unhealthy_when_a_step_never_returns(bootstrap):
+    from m1flow.bus.liveness import LivenessConfig
+
+    topic = fresh_topic(bootstrap, "control.stuck", partitions=1)
+    producer = Producer(bootstrap, "t-stuck")
+    producer.send(topic, "k", events.Control(header=codec.header("t"), reason="block"))
+    producer.flush()
+    verdicts = []
+    handler = Slow((topic,))
+    worker = StreamWorker(bootstrap, "test-stuck", handler, "test", on_health=verdicts.append,
+                          liveness=LivenessConfig(check_every_s=0.5, stall_after_s=3, join_after_s=30))
+    import threading
+
+    stepping = threading.Thread(target=lambda: [worker.step() for _ in range(50) if not verdicts or verdicts[-1].healthy])
+    try:
+        assert not verdicts  # nothing said SERVING before the group gave this member partitions
+        stepping.start()
+        deadline = time.monotonic() + 60
+        while not any(not v.healthy for v in verdicts) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert verdicts[0].healthy, verdicts  # first verdict: ready, after the assignment
+        assert any("loop stuck" in v.reason for v in verdicts), verdicts
+    finally:
+        if handler.release is not None:
+            handler.release.set()
+        stepping.join(30)
+        worker.close()

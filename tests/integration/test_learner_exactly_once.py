@@ -133,6 +133,9 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
     crashy_weights, crashy_state = final_checkpoint(crashy)
     assert calm_state["applied_groups"] == batches  # each trainable group once, in fill_batches' batches
     assert crashy_state["applied_groups"] == batches
+    for state in (calm_state, crashy_state):  # and every other group skipped once: all accounted for
+        consumed = [gid for step in state["applied_groups"] + state["skipped_groups"] for gid in step]
+        assert sorted(consumed) == sorted(f"g{i}" for i in range(GROUPS))
     assert calm_weights.keys() == crashy_weights.keys()
     for name in calm_weights:
         assert torch.equal(calm_weights[name], crashy_weights[name]), name

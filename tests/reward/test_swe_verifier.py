@@ -8,8 +8,8 @@ import pytest
 
 from svc_reward.result import Status
 from svc_reward.verifiers.swe import SweTask, SweVerifier, extract_patch, grade
-from svc_sandbox.limits import MB, Limits
-from svc_sandbox.swe import parse_pytest_log, snapshot_tar
+from svc_sandbox.client import MB, Limits, snapshot_tar
+from svc_sandbox.swe import parse_pytest_log
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 TESTS = '''import pytest
@@ -70,7 +70,7 @@ def task(repo) -> SweTask:
 
 @pytest.fixture(scope="module")
 def verifier(jail_sandbox) -> SweVerifier:
-    return SweVerifier.from_executor(jail_sandbox)
+    return SweVerifier(jail_sandbox.run_tests)
 
 
 def fixed(calc: str = CALC) -> str:

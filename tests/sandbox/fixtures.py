@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from svc_sandbox.backend import Sandbox
-from svc_sandbox.jail import JailBackend
+from svc_sandbox.backends.jail import JailBackend
+from svc_sandbox.sandbox import Sandbox
 
 
 @pytest.fixture(scope="session")

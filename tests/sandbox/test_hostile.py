@@ -18,9 +18,10 @@ import zipfile
 import psutil
 import pytest
 
-from svc_sandbox.backend import Sandbox
-from svc_sandbox.jail import JailBackend, JailConfig
-from svc_sandbox.limits import MB, ExecRequest, ExecResult, ExecStatus, Limits
+from m1flow.status import Status
+from svc_sandbox.api import MB, ExecRequest, ExecResult, Limits
+from svc_sandbox.backends.jail import JailBackend, JailConfig
+from svc_sandbox.sandbox import Sandbox
 
 LIMITS = Limits(cpu_seconds=1, wall_seconds=3, memory_bytes=128 * MB, max_processes=32,
                 max_file_bytes=16 * MB, work_dir_bytes=64 * MB, max_output_bytes=256 * 1024)
@@ -95,14 +96,14 @@ print(children)
 
 def test_fork_bomb_is_capped_and_killed(any_jail):
     result, token = hostile(any_jail, FORK_BOMB)
-    assert result.status is ExecStatus.TIMEOUT, result
+    assert result.status is Status.TIME_LIMIT, result
     assert result.wall_seconds < LIMITS.wall_seconds + 2
     assert_no_leftovers(token)
 
 
 def test_process_count_is_limited(any_jail):
     result, token = hostile(any_jail, COUNTED_FORKS)
-    assert result.status is ExecStatus.OK, result
+    assert result.status is Status.OK, result
     children = int(result.stdout_text)
     assert 0 < children < LIMITS.max_processes  # the sleeping children died with the run
     assert_no_leftovers(token)
@@ -110,7 +111,7 @@ def test_process_count_is_limited(any_jail):
 
 def test_memory_bomb_in_one_process(jail_sandbox):
     result, _ = hostile(jail_sandbox, "x = []\nwhile True:\n    x.append(bytearray(10 << 20))")
-    assert result.status is ExecStatus.MEMORY_LIMIT, result
+    assert result.status is Status.MEMORY_LIMIT, result
 
 
 def test_memory_bomb_spread_over_processes_hits_the_cgroup(jail_sandbox):
@@ -133,7 +134,7 @@ statuses = [os.waitpid(pid, 0)[1] for pid in kids]
 sys.exit(1 if any(os.WIFSIGNALED(s) for s in statuses) else 0)
 """
     result, token = hostile(jail_sandbox, code)
-    assert result.status is ExecStatus.MEMORY_LIMIT, result
+    assert result.status is Status.MEMORY_LIMIT, result
     cap = LIMITS.memory_bytes + LIMITS.work_dir_bytes + jail.config.tmp_bytes
     assert 0 < result.memory_peak_bytes <= cap
     assert_no_leftovers(token)
@@ -141,13 +142,13 @@ sys.exit(1 if any(os.WIFSIGNALED(s) for s in statuses) else 0)
 
 def test_infinite_loop_hits_the_cpu_limit(jail_sandbox):
     result, _ = hostile(jail_sandbox, "while True:\n    pass")
-    assert result.status is ExecStatus.TIMEOUT, result
+    assert result.status is Status.TIME_LIMIT, result
     assert result.cpu_seconds <= LIMITS.cpu_seconds + 1.0
 
 
 def test_sleeping_past_the_deadline(jail_sandbox):
     result, token = hostile(jail_sandbox, "import time\ntime.sleep(60)")
-    assert result.status is ExecStatus.TIMEOUT
+    assert result.status is Status.TIME_LIMIT
     assert LIMITS.wall_seconds <= result.wall_seconds < LIMITS.wall_seconds + 1.5
     assert_no_leftovers(token)
 
@@ -171,7 +172,7 @@ for _ in range(100):        # let both daemons start before the parent leaves
 print("daemons", count_mine())
 """
     result, token = hostile(any_jail, code)
-    assert result.status is ExecStatus.OK and result.stdout_text == "daemons 2\n", result
+    assert result.status is Status.OK and result.stdout_text == "daemons 2\n", result
     assert_no_leftovers(token)
 
 
@@ -185,7 +186,7 @@ print("daemon up", flush=True)
 time.sleep(60)
 """
     result, token = hostile(any_jail, code)
-    assert result.status is ExecStatus.TIMEOUT and result.stdout_text == "daemon up\n"
+    assert result.status is Status.TIME_LIMIT and result.stdout_text == "daemon up\n"
     assert_no_leftovers(token)
 
 
@@ -206,7 +207,7 @@ for host, port in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 443)]:
 """
     try:
         result, _ = hostile(jail_sandbox, code)
-        assert result.status is ExecStatus.OK, result
+        assert result.status is Status.OK, result
         assert result.stdout_text.split("\n")[:3] == ["blocked 127.0.0.1", "blocked 1.1.1.1", "blocked 8.8.8.8"]
         with pytest.raises(BlockingIOError):
             listener.accept()
@@ -233,7 +234,7 @@ open("/tmp/{token}", "w").write("private tmp is fine")
 open("/sandbox/{token}", "w").write("work dir is fine")
 """
     result = jail_sandbox(ExecRequest(code=code, limits=LIMITS))
-    assert result.status is ExecStatus.OK, result
+    assert result.status is Status.OK, result
     assert result.stdout_text.split("\n")[:-1] == [f"refused {t}" for t in targets]
     assert not (open_dir / "pwned").exists()
     assert not os.path.exists(f"/tmp/{token}") and not os.path.exists(f"/sandbox/{token}")
@@ -266,7 +267,7 @@ print(len(hits))
     results["r"] = jail_sandbox(ExecRequest(code=reader, limits=LIMITS))
     thread.join()
     assert results["w"].stdout_text == "written\n"
-    assert results["r"].status is ExecStatus.OK and results["r"].stdout_text == "0\n", results["r"]
+    assert results["r"].status is Status.OK and results["r"].stdout_text == "0\n", results["r"]
 
 
 def test_secret_host_files_stay_unreadable(jail_sandbox):
@@ -286,7 +287,7 @@ for path in ["/etc/shadow", "/root/.bash_history", "/work/shared/notes/rewards.m
 def test_100_mb_of_output_is_cut(jail_sandbox):
     code = "import sys\nchunk = b'y' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.buffer.write(chunk)"
     result, token = hostile(jail_sandbox, code)
-    assert result.status is ExecStatus.OUTPUT_LIMIT
+    assert result.status is Status.OUTPUT_LIMIT
     assert len(result.stdout) == LIMITS.max_output_bytes and set(result.stdout) == {ord("y")}
     assert result.wall_seconds < LIMITS.wall_seconds
     assert_no_leftovers(token)
@@ -317,8 +318,43 @@ sizes = [os.path.getsize(os.path.join("out", n)) for n in os.listdir("out")]
 print(max(sizes), sum(sizes), sorted(seen))
 """
     result = jail_sandbox(ExecRequest(code=code, files={"bomb.zip": bomb}, limits=LIMITS))
-    assert result.status is ExecStatus.OK, result
+    assert result.status is Status.OK, result
     largest, total, errors = result.stdout_text.split(maxsplit=2)
     assert int(largest) <= LIMITS.max_file_bytes
     assert int(total) <= LIMITS.work_dir_bytes
     assert str(errno.EFBIG) in errors and str(errno.ENOSPC) in errors
+
+
+SPREAD_CPU = """
+import os
+for _ in range(3):          # four busy processes, each far under the per-process CPU rlimit
+    if os.fork() == 0:
+        break
+while True:
+    pass
+"""
+
+
+def test_cpu_time_is_the_whole_runs_not_each_processes(jail_sandbox):
+    """Four processes share one CPU budget: the run stops when their sum reaches it, not 4x later."""
+    jail = jail_sandbox.backend
+    if not (jail.cgroups and "cpuacct" in jail.cgroups.bases):
+        pytest.skip(f"no cpuacct cgroup here: {jail.note}")
+    limits = LIMITS.model_copy(update={"cpu_seconds": 1.0, "wall_seconds": 60.0, "cpus": 2.0})
+    result, token = hostile(jail_sandbox, SPREAD_CPU, limits=limits)
+    assert result.status is Status.TIME_LIMIT and "CPU time of the run" in result.detail, result
+    assert 1.0 <= result.cpu_seconds < 2.0, result  # the run's total, over the limit by at most a poll
+    assert_no_leftovers(token)
+
+
+def test_a_failed_setup_releases_every_descriptor():
+    """Bad input that slips past validation fails the run, and takes nothing with it."""
+    jail = JailBackend()
+    before = len(os.listdir("/proc/self/fd"))
+    for files in ({"ok.py": b"1", "nul\0name": b"x"}, {"ok.py": b"1", "n" * 300: b"x"}):
+        for _ in range(20):
+            assert jail.run(["/bin/true"], files, b"", LIMITS).status is Status.SANDBOX_ERROR
+    huge = LIMITS.model_copy(update={"wall_seconds": 1e300, "cpu_seconds": 1e300})
+    for _ in range(10):
+        jail.run(["/bin/true"], {"ok.py": b"1"}, b"", huge)
+    assert len(os.listdir("/proc/self/fd")) == before

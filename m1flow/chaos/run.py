@@ -1,0 +1,214 @@
+"""A chaos run, start to finish: `m1flow up` in a subprocess, prompts fed, faults injected on a
+schedule while a watcher samples progress, a settling phase, then the invariants and a timeline
+with the recovery time of every fault. `m1flow chaos` and tests/integration/test_chaos.py run it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from m1flow.bus.admin import end_offsets
+from m1flow.chaos.faults import READERS, Fault, Injected, Injector, plan
+from m1flow.chaos.invariants import Report, check
+from m1flow.launcher import ROOT, SERVICES
+
+
+class ChaosConfig(BaseModel):
+    run_dir: Path = Path("run/chaos")
+    seed: int = 1
+    cycles: int = Field(2, ge=1, description="rounds of faults; each hits every service, the broker, the input")
+    prompts: int = Field(240, ge=1, description="prompts fed before the faults start")
+    group_size: int = 4
+    batch_groups: int = 4
+    spacing_s: float = Field(12.0, gt=0, description="mean gap between two faults")
+    freeze_s: float = Field(10.0, gt=0, description="how long a frozen broker stays frozen")
+    settle_s: float = Field(240.0, gt=0, description="after the last fault, how long the loop may take to finish")
+    start_timeout_s: float = 600.0
+    services: tuple[str, ...] = SERVICES
+    # service settings for a run that recovers within the test's budget (env: every service reads its own)
+    env: dict[str, str] = Field(default_factory=lambda: {
+        "M1FLOW_LIVENESS": json.dumps({"stall_after_s": 60, "join_after_s": 45, "broker_down_after_s": 20}),
+        "M1FLOW_GROUP_TIMEOUT_S": "20",
+    })
+
+
+@dataclass
+class Sample:
+    t: float  # time.time()
+    scored: int  # end offset of `scored`
+    version: int  # newest learner checkpoint version
+
+
+@dataclass
+class Watcher:
+    """Samples progress once a second: how many groups are scored, which version is trained."""
+
+    bootstrap: str
+    run_dir: Path
+    samples: list[Sample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="chaos-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from svc_learner.checkpoint import latest
+
+        while not self._stop.wait(1.0):
+            try:
+                scored = sum(end_offsets(self.bootstrap, "scored").values())
+            except Exception:  # noqa: BLE001 - the broker may be the fault
+                scored = self.samples[-1].scored if self.samples else 0
+            found = latest(self.run_dir / "learner" / "checkpoints")
+            version = int(found.name[1:]) if found else 0
+            self.samples.append(Sample(time.time(), scored, version))
+
+    def recovery(self, since: float) -> tuple[float | None, float | None]:
+        """Seconds from `since` until the next new scored group, and until the next new version."""
+        before = [s for s in self.samples if s.t <= since]
+        base = before[-1] if before else Sample(since, 0, 0)
+        scored = next((s.t - since for s in self.samples if s.t > since and s.scored > base.scored), None)
+        version = next((s.t - since for s in self.samples if s.t > since and s.version > base.version), None)
+        return scored, version
+
+
+def timeline(entries: list[Injected], watcher: Watcher, t0: float) -> str:
+    lines = [f"{'t (s)':>7}  {'fault':<28}{'next scored':>12}{'next version':>13}  note"]
+    for entry in entries:
+        scored, version = watcher.recovery(entry.wall)
+        fmt = lambda v: f"{v:.1f}s" if v is not None else "never"  # noqa: E731
+        lines.append(f"{entry.wall - t0:>7.1f}  {str(entry.fault):<28}{fmt(scored):>12}{fmt(version):>13}  {entry.note}")
+    return "\n".join(lines)
+
+
+class ChaosRun:
+    def __init__(self, cfg: ChaosConfig, say=print) -> None:  # noqa: ANN001
+        self.cfg = cfg
+        self.say = say
+        self.run_dir = cfg.run_dir.resolve()
+        self.up: subprocess.Popen | None = None
+
+    def m1flow(self, *args: str, **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
+        return subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), *args],
+                              cwd=ROOT, env=self._env(), capture_output=True, text=True, **kwargs)
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(ROOT), "M1FLOW_BATCH_GROUPS": str(self.cfg.batch_groups),
+                "M1FLOW_GROUP_SIZE": str(self.cfg.group_size), **self.cfg.env}
+
+    def start(self) -> str:
+        """`m1flow up` in the background; returns the bootstrap once every service is up."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.run_dir / "up.out", "ab")
+        self.up = subprocess.Popen([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), "up",
+                                    "--restart-policy", json.dumps({"unhealthy_restart_s": 60, "backoff_max_s": 8})],
+                                   cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        deadline = time.monotonic() + self.cfg.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.up.poll() is not None:
+                raise RuntimeError(f"m1flow up exited with {self.up.returncode}:\n{self.tail()}")
+            if "stop with Ctrl-C" in self.tail():
+                return json.loads((self.run_dir / "up.json").read_text())["bootstrap"]
+            time.sleep(1)
+        raise TimeoutError(f"m1flow up not ready after {self.cfg.start_timeout_s:.0f}s:\n{self.tail()}")
+
+    def tail(self, lines: int = 60) -> str:
+        path = self.run_dir / "up.out"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def feed(self) -> set[str]:
+        prefix = f"chaos{self.cfg.seed}"
+        out = self.m1flow("feed", "--n", str(self.cfg.prompts), "--seed", str(self.cfg.seed), "--prefix", prefix,
+                          "--group-size", str(self.cfg.group_size), timeout=300)
+        if out.returncode:
+            raise RuntimeError(f"feed failed: {out.stderr}")
+        return {f"{prefix}-{self.cfg.seed}-{i}" for i in range(self.cfg.prompts)}
+
+    def run(self) -> Report:
+        cfg = self.cfg
+        try:
+            bootstrap = self.start()
+            prompt_ids = self.feed()
+            watcher = Watcher(bootstrap, self.run_dir)
+            watcher.start()
+            injector = Injector(self.run_dir, bootstrap)
+            t0 = time.time()
+            faults = plan(cfg.seed, cfg.cycles, cfg.services, cfg.spacing_s, cfg.freeze_s)
+            for fault in faults:
+                time.sleep(max(0.0, t0 + fault.at_s - time.time()))
+                entry = injector.inject(fault)
+                self.say(f"[{time.time() - t0:6.1f}s] {fault}: {entry.note}")
+            injector.close()
+            self.settle(bootstrap, prompt_ids, watcher)
+            watcher.stop()
+            report = check(bootstrap, self.run_dir, prompt_ids, injector.log.bad_records, READERS, cfg.batch_groups)
+            report.add("SIGTERM to `m1flow up` stops everything", *self.terminate())
+            self.say(timeline(injector.log.entries, watcher, t0))
+            self.say(self.restarts())
+            self.say(report.table())
+            return report
+        finally:
+            self.stop()
+
+    def terminate(self) -> tuple[bool, str]:
+        """SIGTERM the supervisor as a user's Ctrl-C would; every process it ran must be gone."""
+        import psutil
+
+        state = json.loads((self.run_dir / "up.json").read_text())
+        pids = [e["pid"] for e in state["services"]] + [json.loads((self.run_dir / "kafka" / "broker.json").read_text())["pid"]]
+        self.up.send_signal(signal.SIGTERM)
+        try:
+            code = self.up.wait(180)
+        except subprocess.TimeoutExpired:
+            return False, "m1flow up did not exit within 180 s of SIGTERM"
+        left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        again = self.m1flow("down", timeout=180).stdout.strip()
+        return (code == 0 and not left and "nothing was running" in again,
+                f"exit {code}; {len(pids)} processes, {len(left)} left; then `m1flow down`: {again!r}")
+
+    def settle(self, bootstrap: str, prompt_ids: set[str], watcher: Watcher) -> None:
+        """Wait until every fed prompt is scored and the learner has caught up (or settle_s passes)."""
+        deadline = time.monotonic() + self.cfg.settle_s
+        expected = len(prompt_ids)
+        while time.monotonic() < deadline:
+            done = {v.get("prompt_id") for v in _scored_values(bootstrap)} >= prompt_ids
+            last = watcher.samples[-1] if watcher.samples else None
+            if done and last and last.version * self.cfg.batch_groups >= expected - self.cfg.batch_groups:
+                return
+            time.sleep(2)
+        self.say(f"settling did not finish within {self.cfg.settle_s:.0f}s; checking what there is")
+
+    def restarts(self) -> str:
+        lines = [line for line in self.tail(100000).splitlines()
+                 if "restarted" in line or "exited with code" in line or "not SERVING" in line or "broker" in line]
+        return "supervisor:\n  " + "\n  ".join(lines[-40:]) if lines else "supervisor: no restarts"
+
+    def stop(self) -> None:
+        """Whatever happened, leave nothing running (idempotent after terminate())."""
+        out = self.m1flow("down", timeout=180)
+        if self.up is not None:
+            try:
+                self.up.wait(60)
+            except subprocess.TimeoutExpired:
+                self.up.kill()
+        if out.returncode:
+            self.say(f"m1flow down: {out.stderr}")
+
+
+def _scored_values(bootstrap: str) -> list[dict]:
+    from m1flow.topics_io import read_range
+
+    return [r["value"] for r in read_range(bootstrap, "scored") if "value" in r]

@@ -1,0 +1,133 @@
+"""`m1flow control recalibrate|window N|pause|resume` and `m1flow report`: a person's hand on the loop.
+
+A command goes on `control` like the monitor's own, with evidence that says who sent it (rule
+"manual", decided_by "cli:<user>"), so svc_reward and svc_rollout follow it and svc_monitor
+records it (and adjusts its rules: a manual recalibration starts its cool-down, a manual window
+becomes the stage the next advance starts from).
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Callable
+from datetime import datetime
+
+from google.protobuf.json_format import MessageToJson
+
+MAX_WINDOW = 2**31 - 1
+
+
+def window_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"max new tokens must be a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_WINDOW:
+        raise argparse.ArgumentTypeError(f"max new tokens must be between 1 and {MAX_WINDOW}, got {value}")
+    return value
+
+
+def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str | None = None):  # noqa: ANN201
+    """The Control message a person's command becomes."""
+    from m1flow.bus import codec
+    from m1flow.contracts import events
+
+    msg = events.Control(header=codec.header("cli"), reason=reason,
+                         evidence=events.Evidence(rule="manual", decided_by=f"cli:{user or getpass.getuser()}"))
+    if action == "window":
+        msg.set_window.max_new_tokens = max_new_tokens
+    elif action == "recalibrate":
+        msg.recalibrate.reason = reason
+    elif action in ("pause", "resume"):
+        getattr(msg, action).SetInParent()
+    else:
+        raise ValueError(f"unknown control action {action!r}")
+    return msg
+
+
+def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
+    """Publish the command; Kafka errors go to the CLI's one-line error handling."""
+    from m1flow.bus import Producer
+    from m1flow.bus.topics import CONTROL
+
+    msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0))
+    command = msg.WhichOneof("command")
+    producer = Producer(bootstrap, "m1flow-cli")
+    try:
+        producer.send(CONTROL, command, msg)
+    finally:
+        producer.close(timeout=30)
+    detail = f" {msg.set_window.max_new_tokens}" if command == "set_window" else ""
+    print(f"sent {command}{detail} on control (message {msg.header.message_id})")
+    return 0
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S") if ms else "-"
+
+
+def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorReport
+    """The report as a person reads it: window, newest versions, signals, alerts, decisions."""
+    lines = [f"dashboard {rep.dashboard_url or '(disabled)'}",
+             f"output window {rep.window or '-'} (stage {rep.stage if rep.window else '-'})", "",
+             "policy version | groups | samples | mean reward | accuracy | mean length"]
+    shown = list(rep.rows)[-rows:]
+    if len(rep.rows) > len(shown):
+        lines.append(f"  ... {len(rep.rows) - len(shown)} older versions (see the dashboard)")
+    lines += [f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} | "
+              f"{r.accuracy:>8.3f} | {r.mean_length:>11.2f}" for r in shown]
+    if rep.signals:
+        lines += ["", "newest signals:"] + [f"  {k} = {v:.4g}" for k, v in sorted(rep.signals.items())]
+    lines += ["", "alerts (active first):" if rep.alert_log else "alerts: none"]
+    lines += [f"  {'ACTIVE  ' if a.active else 'resolved'} {a.severity:<8} {a.kind}/{a.subject}: {a.message} "
+              f"(raised {_time(a.raised_unix_ms)}" + (f", resolved {_time(a.resolved_unix_ms)})" if not a.active else ")")
+              for a in rep.alert_log]
+    lines += ["", "decisions on control (newest first):" if rep.decisions else "decisions: none"]
+    for d in rep.decisions:
+        what = d.command + (f" {d.max_new_tokens}" if d.command == "set_window" else "")
+        versions = f", v{d.evidence.version_from}-{d.evidence.version_to}" if d.evidence.version_to else ""
+        lines.append(f"  {_time(d.at_unix_ms)} {what} by {d.evidence.decided_by or '?'} "
+                     f"({d.evidence.rule or '?'}{versions}): {d.reason}")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import grpc
+
+    from svc_monitor.client import local_address, report
+
+    try:
+        address = args.monitor or local_address(args.run_dir)
+        rep = report(address, max_events=args.events)
+    except FileNotFoundError as exc:
+        print(f"m1flow: error: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        print(f"m1flow: error: monitor at {address} did not answer: {exc.code().name} {exc.details()}",
+              file=sys.stderr)
+        return 2
+    print(MessageToJson(rep, preserving_proto_field_name=True) if args.json else format_report(rep, args.rows))
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argparse.Namespace], str]) -> None:
+    """The `control` and `report` subcommands (cli.py calls this once)."""
+    c = sub.add_parser("control", help="send recalibrate, window N, pause or resume on `control`")
+    actions = c.add_subparsers(dest="action", required=True)
+    reason = argparse.ArgumentParser(add_help=False)
+    reason.add_argument("--reason", default="requested by hand", help="recorded with the command")
+    actions.add_parser("recalibrate", parents=[reason], help="refit GenRM's length correction (svc_reward)")
+    w = actions.add_parser("window", parents=[reason],
+                           help="set the output window (max new tokens) of new requests (svc_rollout)")
+    w.add_argument("max_new_tokens", type=window_size)
+    actions.add_parser("pause", parents=[reason], help="stop taking new prompts (svc_rollout)")
+    actions.add_parser("resume", parents=[reason], help="take prompts again (svc_rollout)")
+    c.set_defaults(func=lambda args: cmd_control(args, bootstrap_of(args)))
+
+    r = sub.add_parser("report", help="svc_monitor's report: window, versions, signals, alerts, decisions")
+    r.add_argument("--monitor", help="HOST:PORT of the monitor's gRPC (default: the local stack's, from --run-dir)")
+    r.add_argument("--events", type=int, default=10, help="newest alerts and decisions to show")
+    r.add_argument("--rows", type=int, default=20, help="newest policy versions to show")
+    r.add_argument("--json", action="store_true", help="the whole report as JSON")
+    r.set_defaults(func=cmd_report)

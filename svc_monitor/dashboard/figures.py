@@ -1,0 +1,181 @@
+"""The dashboard's figures (plotly) and tables, built from the store.
+
+Per policy version: reward and accuracy per task type, output length (mean, p50, p99) against the
+window with window changes marked, perplexity; per evaluation window: the GenRM length-bias
+signals with their thresholds and the recalibrations marked, the pattern-collapse signals; per
+learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
+consumer group and dead letters per minute.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from svc_monitor.config import MonitorConfig
+from svc_monitor.store import Store
+
+LAYOUT = dict(template="plotly_white", height=330, margin=dict(l=55, r=55, t=40, b=90),
+              legend=dict(orientation="h", y=-0.32, x=0), hovermode="x unified")
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
+
+
+def _figure(title: str, xaxis: str, yaxis: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, **LAYOUT)
+    return fig
+
+
+def _line(fig: go.Figure, x: list, y: list, name: str, **kwargs: Any) -> None:
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers" if len(x) < 60 else "lines", **kwargs))
+
+
+def _threshold(fig: go.Figure, value: float, label: str, where: str = "top right") -> None:
+    fig.add_hline(y=value, line_dash="dash", line_color="firebrick", annotation_text=label,
+                  annotation_position=where)
+
+
+def _marks(fig: go.Figure, versions: list[int], label: str, color: str) -> None:
+    for v in versions:
+        fig.add_vline(x=v, line_dash="dot", line_color=color, annotation_text=label)
+
+
+class Lengths:
+    """Per-version output lengths, perplexity and window, read incrementally (each refresh reads only
+    the rollouts stored since the last)."""
+
+    def __init__(self) -> None:
+        self.cursor = 0
+        self.lengths: dict[int, list[int]] = defaultdict(list)
+        self.nll: dict[int, float] = defaultdict(float)
+        self.window: dict[int, int] = {}
+
+    def update(self, store: Store) -> None:
+        for version, length, window, nll, _finish, row_id in store.rollouts_since_id(self.cursor):
+            self.lengths[version].append(length)
+            self.nll[version] += nll
+            self.window[version] = max(self.window.get(version, 0), window)
+            self.cursor = max(self.cursor, row_id)
+
+    def series(self) -> dict[str, list]:
+        versions = sorted(self.lengths)
+        stats = [(float(np.mean(self.lengths[v])), float(np.percentile(self.lengths[v], 50)),
+                  float(np.percentile(self.lengths[v], 99)), sum(self.lengths[v])) for v in versions]
+        return {"version": versions, "mean": [s[0] for s in stats], "p50": [s[1] for s in stats],
+                "p99": [s[2] for s in stats], "window": [self.window[v] for v in versions],
+                "perplexity": [math.exp(self.nll[v] / s[3]) if s[3] else None for v, s in zip(versions, stats)]}
+
+
+class Figures:
+    def __init__(self, store: Store, cfg: MonitorConfig, state: Callable[[], dict[str, Any]] = dict) -> None:
+        self.store = store
+        self.cfg = cfg
+        self.state = state  # what only the running monitor knows (window in force, stage)
+        self.lengths = Lengths()
+        self.lock = threading.Lock()
+
+    def build(self) -> dict[str, Any]:
+        """Everything the page shows, as JSON-ready data."""
+        with self.lock:
+            self.lengths.update(self.store)
+            decisions = self.store.decisions(limit=200)
+            figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
+                       "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
+                       "throughput": self.throughput(), "lag": self.lag()}
+            return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
+                    "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
+                    "status": self.status()}
+
+    def status(self) -> dict[str, Any]:
+        latest = self.store.latest_version()
+        return {"policy_version": latest, "active_alerts": len(self.store.alerts(limit=1000, active_only=True)),
+                **self.state()}
+
+    def reward(self) -> go.Figure:
+        fig = _figure("Mean reward per task type", "policy version", "reward")
+        by_kind: dict[str, list] = defaultdict(list)
+        for row in self.store.by_version_and_kind():
+            by_kind[row["kind"]].append(row)
+        for kind, rows in sorted(by_kind.items()):
+            _line(fig, [r["policy_version"] for r in rows], [r["mean_reward"] for r in rows], kind)
+        return fig
+
+    def accuracy(self) -> go.Figure:
+        fig = _figure("Accuracy per task type (samples with a verdict)", "policy version", "accuracy")
+        by_kind: dict[str, list] = defaultdict(list)
+        for row in self.store.by_version_and_kind():
+            if row["accuracy"] is not None:
+                by_kind[row["kind"]].append(row)
+        for kind, rows in sorted(by_kind.items()):
+            _line(fig, [r["policy_version"] for r in rows], [r["accuracy"] for r in rows], kind)
+        fig.update_yaxes(range=[0, 1])
+        return fig
+
+    def length(self, decisions: list[dict]) -> go.Figure:
+        fig = _figure("Output length (tokens) against the window", "policy version", "tokens")
+        s = self.lengths.series()
+        for key in ("mean", "p50", "p99"):
+            _line(fig, s["version"], s[key], key)
+        fig.add_trace(go.Scatter(x=s["version"], y=s["window"], name="window", line_shape="hv",
+                                 line=dict(dash="dash", color="black")))
+        _marks(fig, [d["version"] for d in decisions if d["command"] == "set_window"], "window", "green")
+        return fig
+
+    def genrm(self, decisions: list[dict]) -> go.Figure:
+        fig = _figure("GenRM length bias per window", "policy version (window end)", "signal")
+        for name, threshold, where in (("genrm/length_corr", self.cfg.length_bias.corr_threshold, "bottom left"),
+                                       ("genrm/length_coef", self.cfg.length_bias.coef_threshold, "top right")):
+            rows = self.store.signal_series(name)
+            _line(fig, [r["version_to"] for r in rows], [r["value"] for r in rows], name)
+            _threshold(fig, threshold, f"{name.split('/')[1]} threshold", where)
+        _marks(fig, [d["version"] for d in decisions if d["command"] == "recalibrate"], "recalibrate", "purple")
+        return fig
+
+    def collapse(self) -> go.Figure:
+        fig = _figure("Perplexity and pattern-collapse signals per window", "policy version (window end)", "share")
+        for name in ("window/repetition_stops", "window/token_repetition", "window/hit_window"):
+            rows = self.store.signal_series(name)
+            _line(fig, [r["version_to"] for r in rows], [r["value"] for r in rows], name.split("/")[1])
+        s = self.lengths.series()
+        fig.add_trace(go.Scatter(x=s["version"], y=s["perplexity"], name="perplexity", yaxis="y2"))
+        fig.update_layout(yaxis=dict(range=[0, 1]), yaxis2=dict(title="perplexity", overlaying="y", side="right"))
+        return fig
+
+    def precision(self) -> go.Figure:
+        fig = _figure("Train/inference probability correlation", "policy version", "correlation")
+        series = self.store.metric_series(self.cfg.precision.metric)
+        _line(fig, [s for s, _ in series], [v for _, v in series], "train_infer_corr")
+        _threshold(fig, self.cfg.precision.threshold, "alert below")
+        return fig
+
+    def throughput(self) -> go.Figure:
+        fig = _figure("Throughput and staleness", "time", "per second")
+        for name in ("ops/rollouts_per_s", "ops/groups_per_s"):
+            rows = self.store.signal_series(name)
+            _line(fig, [_time(r["ts_ms"]) for r in rows], [r["value"] for r in rows], name.split("/")[1])
+        rows = self.store.signal_series("ops/staleness")
+        fig.add_trace(go.Scatter(x=[_time(r["ts_ms"]) for r in rows], y=[r["value"] for r in rows],
+                                 name="staleness (versions)", yaxis="y2"))
+        fig.update_layout(yaxis2=dict(title="versions", overlaying="y", side="right"))
+        return fig
+
+    def lag(self) -> go.Figure:
+        fig = _figure("Lag per consumer group and dead letters per minute", "time", "records")
+        for name, label in (("ops/lag", "lag"), ("ops/dead_letters_per_min", "dead letters/min")):
+            by_subject: dict[str, list] = defaultdict(list)
+            for row in self.store.signal_series(name):
+                by_subject[row["subject"]].append(row)
+            for subject, rows in sorted(by_subject.items()):
+                _line(fig, [_time(r["ts_ms"]) for r in rows], [r["value"] for r in rows], f"{label} {subject}")
+        return fig

@@ -1,0 +1,83 @@
+"""The dashboard's HTTP server: the page, plotly.js from the installed plotly package (the machine
+may have no internet), and the data the page refreshes itself from."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from svc_monitor.config import MonitorConfig
+from svc_monitor.dashboard.figures import Figures
+from svc_monitor.store import Store
+
+log = logging.getLogger(__name__)
+PAGE = Path(__file__).with_name("page.html")
+
+
+def plotly_js() -> bytes:
+    return resources.files("plotly").joinpath("package_data", "plotly.min.js").read_bytes()
+
+
+class Dashboard:
+    def __init__(self, store: Store, cfg: MonitorConfig, state: Callable[[], dict[str, Any]] = dict) -> None:
+        self.figures = Figures(store, cfg, state)
+        self.page = PAGE.read_text().replace("{{REFRESH_MS}}", str(int(cfg.dashboard_refresh_s * 1000)))
+        self.page = self.page.replace("{{RUN_ID}}", cfg.run_id)
+        self.js = plotly_js()
+        self.server = ThreadingHTTPServer((cfg.dashboard_host, cfg.dashboard_port), self._handler())
+        self.server.daemon_threads = True
+        host = "127.0.0.1" if cfg.dashboard_host in ("0.0.0.0", "::") else cfg.dashboard_host
+        self.url = f"http://{host}:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="dashboard", daemon=True)
+
+    def start(self) -> str:
+        self.thread.start()
+        log.info("dashboard on %s", self.url)
+        return self.url
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        dashboard = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = self.path.split("?", 1)[0]
+                if path == "/":
+                    self._send(dashboard.page.encode(), "text/html; charset=utf-8")
+                elif path == "/static/plotly.min.js":
+                    self._send(dashboard.js, "application/javascript", cache=True)
+                elif path == "/api/dashboard":
+                    try:
+                        body = json.dumps(dashboard.figures.build(), default=str).encode()
+                    except Exception as exc:  # noqa: BLE001 - the page shows it and retries
+                        log.exception("dashboard data failed")
+                        self._send(json.dumps({"error": repr(exc)}).encode(), "application/json",
+                                   status=HTTPStatus.INTERNAL_SERVER_ERROR)
+                        return
+                    self._send(body, "application/json")
+                elif path == "/healthz":
+                    self._send(b"ok", "text/plain")
+                else:
+                    self._send(b"not found", "text/plain", status=HTTPStatus.NOT_FOUND)
+
+            def _send(self, body: bytes, kind: str, status: HTTPStatus = HTTPStatus.OK, cache: bool = False) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "max-age=86400" if cache else "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, fmt: str, *args: object) -> None:
+                log.debug("dashboard %s", fmt % args)
+
+        return Handler

@@ -1,0 +1,44 @@
+"""Monitor.Report: the version table, the alert log, the decisions, the window stage and the newest
+signals, in one reply (what `m1flow report` prints and the demo reads)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+
+from m1flow.contracts import events, rpc, rpc_grpc
+from svc_monitor.controller import Controller
+from svc_monitor.store import Store
+
+if TYPE_CHECKING:
+    from svc_monitor.service import MonitorService
+
+DEFAULT_EVENTS = 20
+
+
+def evidence_proto(evidence: dict | None) -> events.Evidence:
+    return events.Evidence(**(evidence or {}))
+
+
+def build_report(store: Store, controller: Controller, dashboard_url: str, max_events: int = 0) -> rpc.MonitorReport:
+    limit = max_events or DEFAULT_EVENTS
+    alerts = [rpc.Alert(kind=a["kind"], subject=a["subject"], severity=a["severity"], message=a["message"],
+                        active=a["resolved_ms"] is None, raised_unix_ms=a["raised_ms"],
+                        resolved_unix_ms=a["resolved_ms"] or 0, evidence=evidence_proto(a["evidence"]))
+              for a in store.alerts(limit)]
+    decisions = [rpc.Decision(command=d["command"], max_new_tokens=d["max_new_tokens"], reason=d["reason"],
+                              evidence=evidence_proto(d["evidence"]), at_unix_ms=d["ts_ms"],
+                              message_id=d["message_id"]) for d in store.decisions(limit)]
+    return rpc.MonitorReport(rows=[rpc.VersionRow(**row) for row in store.by_version()], alert_log=alerts,
+                             decisions=decisions, window=controller.window.state.window,
+                             stage=controller.window.stage, dashboard_url=dashboard_url,
+                             signals=store.latest_signals())
+
+
+class MonitorGrpc(rpc_grpc.MonitorServiceServicer):
+    def __init__(self, service: MonitorService) -> None:
+        self.service = service
+
+    def Report(self, request: rpc.ReportRequest, context: grpc.ServicerContext) -> rpc.MonitorReport:  # noqa: N802
+        return build_report(self.service.store, self.service.controller, self.service.dashboard_url,
+                            request.max_events)

@@ -1,0 +1,45 @@
+"""The liveness verdict on synthetic timelines (the watchdog thread that feeds it is exercised over
+a real broker in test_worker_broker.py)."""
+from __future__ import annotations
+
+import time
+
+from m1flow.bus.liveness import Liveness, LivenessConfig
+
+CFG = LivenessConfig(check_every_s=1, join_after_s=30, stall_after_s=60, broker_down_after_s=20)
+
+
+def fresh(assigned_mode: bool = False) -> tuple[Liveness, float]:
+    live = Liveness("127.0.0.1:1", "g", CFG, assigned_mode=assigned_mode)
+    return live, time.monotonic()
+
+
+def test_joining_is_not_ready_and_too_long_a_join_is_unhealthy():
+    live, now = fresh()
+    assert live.verdict(0, now).reason == "joining the consumer group"
+    assert "no partition assignment for" in live.verdict(0, now + 31).reason
+
+
+def test_assigned_consumer_with_lag_and_no_progress_is_stalled_unless_throttled():
+    live, now = fresh()
+    live.assigned({("rollouts", 0)})
+    assert live.verdict(5, now + 10).healthy
+    later = time.monotonic() + 61
+    live._step_at = later - 1  # the loop keeps stepping, but handles nothing
+    verdict = live.verdict(5, later)
+    assert not verdict.healthy and verdict.reason.startswith("stalled: 5 records behind")
+    assert live.verdict(0, later).healthy  # nothing to do is not a stall
+    live.throttled(True)  # backpressure: waiting is the job
+    assert live.verdict(5, later).healthy
+
+
+def test_a_step_that_never_returns_is_stuck():
+    live, now = fresh(assigned_mode=True)
+    assert "loop stuck" in live.verdict(0, now + 61).reason
+
+
+def test_broker_away_long_enough_is_unhealthy():
+    live, now = fresh(assigned_mode=True)
+    live._broker_ok_at = now
+    assert live.verdict(None, now + 5).healthy
+    assert live.verdict(None, now + 21).reason.startswith("broker unreachable")

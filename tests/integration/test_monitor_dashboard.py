@@ -1,0 +1,77 @@
+"""The dashboard of a real run in a real browser: the whole loop runs (learner, reward with a GenRM
+judge for some prompts, rollout, monitor) while headless Chromium loads the monitor's page; every
+plot renders with data, keeps refreshing while the run goes on, and the console stays clean. The
+final page is kept as a PNG (run/test-artifacts/dashboard.png, or $M1FLOW_ARTIFACTS)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from m1flow.browser import (browser_paths, console_errors, headless_chromium, plot_points, refreshes,
+                            screenshot_full_page, wait_rendered)
+from m1flow.bus import Producer, codec
+from m1flow.bus.topics import PROMPTS
+from m1flow.contracts import events
+from m1flow.source import publish
+from m1flow.stack import Stack
+from m1flow.tasks.arith import problems
+from svc_monitor.client import report
+
+from tests.integration.helpers import wait_for
+
+pytestmark = pytest.mark.skipif(browser_paths() is None,
+                                reason="chromium/chromedriver not installed (scripts/monitor_deps.sh installs them)")
+ARTIFACTS = Path(os.environ.get("M1FLOW_ARTIFACTS", Path(__file__).resolve().parents[2] / "run" / "test-artifacts"))
+GROUP, BATCH = 4, 4
+SERVICE_ARGS = {
+    "learner": ["--batch-groups", str(BATCH)],
+    "rollout": ["--max-ahead-groups", str(2 * BATCH)],
+    "reward": ["--genrm-judge", "quality", "--genrm-length-bonus", "0.05", "--genrm-margin", "0.01"],
+    "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
+                "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2})],
+}
+
+
+def publish_open_prompts(producer: Producer, n: int) -> None:
+    """Prompts the GenRM judge scores. Their text is arithmetic, the one thing the demo policy writes
+    answers of varied length to (the judge here prefers longer ones)."""
+    for i, problem in enumerate(problems(seed=7, n=n, max_operand=20)):
+        producer.send(PROMPTS, f"open-{i}", events.Prompt(
+            header=codec.header("test"), prompt_id=f"open-{i}", task_type="open", text=problem.text,
+            group_size=GROUP, verifier=events.VerifierSpec(kind="genrm")))
+    producer.flush()
+
+
+def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
+    stack = Stack(tmp_path, service_args=SERVICE_ARGS)
+    try:
+        stack.start(services=("learner", "reward", "rollout", "monitor"))
+        producer = Producer(stack.bootstrap, "test")
+        publish(producer, problems(seed=5, n=24, max_operand=20), GROUP)
+        publish_open_prompts(producer, 24)
+        publish(producer, problems(seed=6, n=24, max_operand=20), GROUP)
+        address = stack.get("monitor").grpc_address
+        wait_for(lambda: len(report(address).rows) >= 2, 180, "two policy versions in the monitor")
+        url = report(address).dashboard_url
+        assert url.startswith("http://127.0.0.1:")
+
+        with headless_chromium() as driver:
+            driver.get(url)
+            first = wait_rendered(driver)
+            seen = refreshes(driver)
+            # while the run goes on the page refreshes itself and the plots grow
+            wait_for(lambda: refreshes(driver) >= seen + 3 and sum(plot_points(driver).values()) > sum(first.values()),
+                     120, "the page to refresh with new data")
+            wait_for(lambda: min(plot_points(driver).values()) > 0, 180, "data in every plot")
+            points = plot_points(driver)
+            path = screenshot_full_page(driver, ARTIFACTS / "dashboard.png")
+            errors = console_errors(driver)
+        print(f"dashboard screenshot: {path} ({path.stat().st_size} bytes); points per plot: {points}")
+        assert errors == []
+        assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag"}
+        assert path.stat().st_size > 20_000  # a real page, not a blank one
+    finally:
+        stack.stop()

@@ -1,0 +1,158 @@
+"""The decision rules on hand-made windows: when they act, how often, and when they hold back."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from m1flow.contracts import events
+from svc_monitor.config import LengthBiasConfig, OpsConfig, PrecisionConfig, WindowConfig
+from svc_monitor.rules.length_bias import LengthBiasRule, length_coefficient, length_correlation, by_group
+from svc_monitor.rules.operations import OperationsRule, OpsSample
+from svc_monitor.rules.precision import PrecisionRule
+from svc_monitor.rules.window_stages import WindowStageRule
+from svc_monitor.schema import GenRMSampleRow, MetricRow, RolloutRow
+
+STOP, LENGTH, REPETITION = (events.FINISH_REASON_STOP, events.FINISH_REASON_LENGTH,
+                            events.FINISH_REASON_REPETITION)
+
+
+def genrm_window(rng: random.Random, biased: bool, version: int, groups: int = 8, size: int = 8) -> list:
+    rows = []
+    for g in range(groups):
+        lengths = [rng.randint(5, 200) for _ in range(size)]
+        for length in lengths:
+            score = (length / 100 - 1) if biased else rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0])
+            rows.append(GenRMSampleRow(group_id=f"v{version}g{g}", policy_version=version, score=score,
+                                       length=length, correct=None, ts_ms=0))
+    return rows
+
+
+def test_length_signals_separate_a_length_lover_from_a_judge_that_ignores_length():
+    rng = random.Random(0)
+    biased, fair = by_group(genrm_window(rng, True, 0)), by_group(genrm_window(rng, False, 0))
+    assert length_correlation(biased) == pytest.approx(1.0)
+    assert length_coefficient(biased) > 2.0
+    assert abs(length_correlation(fair)) < 0.3 and abs(length_coefficient(fair)) < 0.5
+    tied = by_group([GenRMSampleRow(group_id="g", policy_version=0, score=0.0, length=n, correct=None, ts_ms=0)
+                     for n in range(8)])
+    assert length_correlation(tied) is None and length_coefficient(tied) is None  # no preference to read
+
+
+def run_windows(rule: LengthBiasRule, pattern: str, rng: random.Random) -> list:
+    """Feed one window per character ('b' biased, 'f' fair); the outcome of each."""
+    return [rule.evaluate(genrm_window(rng, c == "b", i)) for i, c in enumerate(pattern)]
+
+
+def test_recalibrates_after_k_biased_windows_then_cools_down_and_verifies():
+    rule, rng = LengthBiasRule(LengthBiasConfig(consecutive=2, cooldown_windows=1)), random.Random(1)
+    outs = run_windows(rule, "fbfbb" + "b" + "f", rng)  # hysteresis: a lone biased window is not enough
+    commands = [(i, c.command) for i, o in enumerate(outs) for c in o.commands]
+    assert commands == [(4, "recalibrate")]
+    evidence = outs[4].commands[0].evidence
+    assert evidence.rule == "genrm_length_bias" and evidence.windows == 2 and evidence.version_to == 4
+    assert evidence.signals["genrm/length_corr"] > evidence.thresholds["genrm/length_corr"] == 0.3
+    assert rule.state.phase == "watch" and not any(o.alerts for o in outs)  # verified: bias gone
+
+
+def test_bias_that_survives_recalibration_raises_an_alert_instead_of_recalibrating_again():
+    rule, rng = LengthBiasRule(LengthBiasConfig(consecutive=2, cooldown_windows=1)), random.Random(2)
+    outs = run_windows(rule, "bb" + "b" + "b" + "bbbb", rng)
+    assert sum(len(o.commands) for o in outs) == 1
+    raised = [a for o in outs for a in o.alerts]
+    assert [(a.kind, a.raised) for a in raised] == [("genrm_length_bias_persists", True)]
+    assert rule.state.phase == "stuck"
+    later = run_windows(rule, "ff", rng)  # back under the threshold for `consecutive` windows
+    assert [(a.kind, a.raised) for o in later for a in o.alerts] == [("genrm_length_bias_persists", False)]
+    assert rule.state.phase == "watch"
+
+
+def test_a_fair_judge_triggers_nothing_and_stale_evidence_is_not_acted_on():
+    rule, rng = LengthBiasRule(LengthBiasConfig()), random.Random(3)
+    assert not any(o.commands or o.alerts for o in run_windows(rule, "f" * 12, rng))
+    catching_up = LengthBiasRule(LengthBiasConfig())
+    assert not any(catching_up.evaluate(genrm_window(rng, True, i), act=False).commands for i in range(4))
+
+
+def test_verified_drift_needs_genrm_up_length_up_and_accuracy_flat():
+    cfg = LengthBiasConfig(drift_windows=3, drift_threshold=0.1)
+    rule = LengthBiasRule(cfg)
+    values = []
+    for w, (score, length) in enumerate([(-0.5, 50), (0.0, 80), (0.4, 120)]):
+        rows = [GenRMSampleRow(group_id=f"{w}-{i}", policy_version=w, score=score, length=length,
+                               correct=i % 2 == 0, ts_ms=0) for i in range(10)]
+        values.append(rule.signals(rows).get("genrm/verified_drift"))
+    assert values[:2] == [None, None] and values[2] == pytest.approx(0.9)
+
+
+def rollouts(rng: random.Random, n: int, window: int, near: bool, nll: float = 1.0, hits: float = 0.02,
+             repeats: float = 0.0, version: int = 0) -> list[RolloutRow]:
+    rows = []
+    for i in range(n):
+        length = window if rng.random() < hits else rng.randint(window // 3 if near else 1, window - 1 if near
+                                                                else window // 3)
+        finish = LENGTH if length == window else (REPETITION if rng.random() < repeats else STOP)
+        rows.append(RolloutRow(rollout_id=f"{version}-{i}", group_id="g", policy_version=version, length=length,
+                               window=window, finish=finish, nll_sum=nll * length, repetition=repeats,
+                               kind="arith", ts_ms=0))
+    return rows
+
+
+def test_window_advances_exactly_one_stage_per_satisfied_condition():
+    rule, rng = WindowStageRule(WindowConfig(stages=[8, 12, 16], window_rollouts=100, ppl_windows=2)), random.Random(0)
+    outs = [rule.evaluate(rollouts(rng, 100, 8, near=False, version=v)) for v in range(3)]
+    assert not any(o.commands for o in outs)  # converged perplexity but far from the window
+    outs = [rule.evaluate(rollouts(rng, 100, 8, near=True, version=v)) for v in range(3, 8)]
+    advances = [(i, c.max_new_tokens) for i, o in enumerate(outs) for c in o.commands]
+    assert advances == [(0, 12)]  # the first near window: perplexity had already converged
+    # still-arriving rollouts of the old window are no evidence for the new one
+    assert not any(rule.evaluate(rollouts(rng, 100, 8, near=True, version=8)).commands for _ in range(3))
+    outs = [rule.evaluate(rollouts(rng, 100, 12, near=True, version=v)) for v in range(9, 14)]
+    assert [(i, c.max_new_tokens) for i, o in enumerate(outs) for c in o.commands] == [(2, 16)]
+    evidence = outs[2].commands[0].evidence
+    assert evidence.signals["window/max_new_tokens"] == 12 and evidence.windows == 3
+    assert rule.stage == 2 and rule.next_stage() is None
+    assert not any(rule.evaluate(rollouts(rng, 100, 16, near=True)).commands for _ in range(4))  # last stage
+
+
+def test_perplexity_that_keeps_moving_holds_the_window():
+    rule, rng = WindowStageRule(WindowConfig(stages=[8, 12], window_rollouts=100)), random.Random(1)
+    outs = [rule.evaluate(rollouts(rng, 100, 8, near=True, nll=1.0 + 0.2 * v)) for v in range(6)]
+    assert not any(o.commands for o in outs)
+
+
+@pytest.mark.parametrize("collapse", [dict(repeats=0.3), dict(hits=0.5)])
+def test_collapse_raises_the_alert_and_holds_the_stage_until_healthy(collapse):
+    rule, rng = WindowStageRule(WindowConfig(stages=[8, 12], window_rollouts=100)), random.Random(2)
+    for _ in range(2):
+        assert not rule.evaluate(rollouts(rng, 100, 8, near=False)).alerts
+    bad = [rule.evaluate(rollouts(rng, 100, 8, near=True, **collapse)) for _ in range(4)]
+    assert [(a.kind, a.raised) for o in bad for a in o.alerts] == [("pattern_collapse", True)]
+    assert not any(o.commands for o in bad)  # near and converged, but held
+    healthy = [rule.evaluate(rollouts(rng, 100, 8, near=True)) for _ in range(2)]
+    assert [(a.kind, a.raised) for a in healthy[0].alerts] == [("pattern_collapse", False)]
+    assert [c.max_new_tokens for o in healthy for c in o.commands] == [12]
+
+
+def test_precision_alert_below_threshold_once_and_resolved_once():
+    rule = PrecisionRule(PrecisionConfig(threshold=0.95))
+    values = [0.99, 0.93, 0.92, float("nan"), 0.97, 0.98]
+    out = rule.evaluate([MetricRow(service="learner", name="learner/train_infer_corr", step=i, value=v)
+                         for i, v in enumerate(values)])
+    assert [(a.raised, a.evidence.version_to) for a in out.alerts] == [(True, 1), (False, 4)]
+
+
+def test_no_progress_alert_only_for_watched_groups_with_lag():
+    rule = OperationsRule(OpsConfig(no_progress_s=30))
+
+    def sample(at: float, groups: dict) -> list:
+        out = rule.evaluate(OpsSample(at, 10, groups, 0, 0, 0, None, None, {}))
+        return [(a.kind, a.subject, a.raised) for a in out.alerts]
+
+    assert sample(0, {"m1flow-reward": (10, 5), "m1flow-learner": (3, 0), "replay-1": (1, 9)}) == []
+    assert sample(20, {"m1flow-reward": (10, 5), "m1flow-learner": (3, 0), "replay-1": (1, 9)}) == []
+    assert sample(40, {"m1flow-reward": (10, 7), "m1flow-learner": (3, 0), "replay-1": (1, 9)}) == [
+        ("no_progress", "m1flow-reward", True)]
+    assert sample(50, {"m1flow-reward": (10, 7), "m1flow-learner": (3, 0)}) == []  # raised once
+    assert sample(60, {"m1flow-reward": (12, 5), "m1flow-learner": (3, 0)}) == [
+        ("no_progress", "m1flow-reward", False)]
