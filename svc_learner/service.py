@@ -14,10 +14,10 @@ from collections import Counter
 
 import grpc
 import torch
-from kafka.errors import KafkaError
 from prometheus_client import Counter as PromCounter
 
 from m1flow.bus import Context, HandlerBase, Record
+from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy import uri_for
@@ -81,7 +81,7 @@ class ScoredHandler(HandlerBase):
         self.next_lag_check = now + LAG_CHECK_S
         try:
             return ctx.lag() == 0
-        except KafkaError as exc:  # broker away: we cannot know we are caught up, so wait
+        except ClientError as exc:  # broker away: we cannot know we are caught up, so wait
             log.warning("cannot read end offsets, not flushing yet: %s", exc)
             return False
 

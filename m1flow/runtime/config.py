@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, Field
@@ -36,6 +36,8 @@ class ServiceConfig(BaseModel):
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
     stop_offsets: dict[str, int] | None = Field(
         None, description="replay: stop at these offsets ('topic/partition' -> end) and exit")
+    kafka_client: Literal["kafka-python", "confluent-kafka"] = Field(
+        "confluent-kafka", description="the client consumers use (m1flow/bus/clients.py says why two)")
     liveness: LivenessConfig = Field(default_factory=LivenessConfig,
                                      description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"

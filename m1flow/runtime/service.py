@@ -52,6 +52,7 @@ class Service(ABC):
         return StreamWorker(self.config.bootstrap, self.group_id, handler, self.name,
                             stop_offsets=self.config.stop_offsets, output_suffix=self.config.output_suffix,
                             liveness=self.config.liveness, on_health=lambda verdict: self.on_health(verdict),
+                            client=self.config.kafka_client,
                             **kwargs)
 
     def loop(self) -> None:
