@@ -1,4 +1,4 @@
-"""The topic table of ARCHITECTURE.md: names, keys, value types, partitions and retention."""
+"""The topic table of docs/architecture.md: names, keys, value types, partitions and retention."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
