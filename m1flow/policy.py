@@ -13,6 +13,12 @@ from m1flow.tokenizer import CharTokenizer
 from m1flow.warmstart import TOKENIZER_FILE
 
 WEIGHTS_FILE = "model.safetensors"
+LEARNER_CHECKPOINTS = Path("learner") / "checkpoints"  # under a run directory: the live learner's
+
+
+def version_dir(root: str | Path, version: int) -> Path:
+    """Where the learner writes the checkpoint of `version` under its checkpoint root."""
+    return Path(root) / f"v{version:06d}"
 
 
 class PolicyLoadError(RuntimeError):

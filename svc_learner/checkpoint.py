@@ -1,5 +1,5 @@
 """Learner checkpoints: weights, optimizer, step, policy version, consumed offsets and the ids of
-the groups applied, written atomically (temp dir + rename) with the last K kept.
+the groups applied (and skipped as having nothing to teach), written atomically (temp dir + rename) with the last K kept.
 
 The offsets inside the checkpoint, not the consumer group's commits, decide where a restarted
 learner resumes: weights and offsets change together or not at all, so no batch is applied twice
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from m1flow.model import MiniMaxM1ForCausalLM
-from m1flow.policy import weights_sha256
+from m1flow.policy import version_dir, weights_sha256
 from m1flow.warmstart import TOKENIZER_FILE
 
 STATE_FILE = "learner_state.json"
@@ -30,6 +30,7 @@ class LearnerState:
     step: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset
     applied_groups: list[list[str]] = field(default_factory=list)  # per step, the group ids applied
+    skipped_groups: list[list[str]] = field(default_factory=list)  # per step, the ids skipped since the last
     samples_dropped_stale: int = 0
 
 
@@ -37,7 +38,7 @@ def save(root: Path, model: MiniMaxM1ForCausalLM, optimizer: torch.optim.Optimiz
          state: LearnerState, tokenizer_json: str, keep: int = 3, grace_s: float = 60.0) -> tuple[Path, str]:
     """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"v{state.version:06d}"
+    final = version_dir(root, state.version)
     tmp = root / f".tmp-v{state.version:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

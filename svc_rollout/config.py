@@ -17,4 +17,6 @@ class RolloutConfig(ServiceConfig):
     early_stop_prob: float = 0.99
     max_ahead_groups: int = Field(32, description="pause after this many groups on one policy version")
     policy_retry_s: float = Field(5.0, description="retry a policy that failed to load after this long")
+    pinned_policy: str = Field("", description="replay: sample with this checkpoint URI only, not `policy`'s")
+    pinned_policy_version: int = Field(0, ge=0, description="the version of pinned_policy (stamped on rollouts)")
     torch_threads: int = 1

@@ -70,6 +70,9 @@ class RolloutService(Service):
 
     def start(self) -> None:
         self.watcher = TopicWatcher(self.config.bootstrap, (POLICY, CONTROL), f"rollout-{self.config.replica}-watch")
+        if self.config.pinned_policy:  # a replay samples with the version its range was sampled with
+            self.policy.announce(events.PolicyVersion(version=self.config.pinned_policy_version,
+                                                      checkpoint_uri=self.config.pinned_policy))
         self._catch_up()
         waited = time.monotonic()
         while self.engine.version < 0 and not self.stop.is_set():
@@ -96,7 +99,8 @@ class RolloutService(Service):
         """Take the newest announced policy and the control commands, in order."""
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
-                self.policy.announce(msg)
+                if not self.config.pinned_policy:
+                    self.policy.announce(msg)
             elif msg.HasField("set_window"):
                 self.window = msg.set_window.max_new_tokens
                 log.info("output window set to %s", self.window)

@@ -1,4 +1,4 @@
-"""The topic table of ARCHITECTURE.md: names, keys, value types, partitions and retention.
+"""The topic table of docs/architecture.md: names, keys, value types, partitions and retention.
 
 The partition counts here are defaults; TopicLayout (ServiceConfig.topics, `M1FLOW_TOPICS`)
 overrides them and sets the replication factor for the topics a service creates.

@@ -301,7 +301,8 @@ class StreamWorker:
             self.dead_letter(record, f"undecodable: {exc}")
             return
         message_id = message.header.message_id if message.HasField("header") else ""
-        if self.seen.seen(f"{record.topic}:{message_id}" if message_id else ""):
+        seen_key = f"{record.topic}:{message_id}" if message_id else ""
+        if self.seen.seen(seen_key):
             self.stats["duplicates"] += 1
             self.tracker.done(record.topic, record.partition, record.offset)
             return
@@ -310,6 +311,7 @@ class StreamWorker:
             self.stats["handled"] += 1
         except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
             log.warning("handler failed on %s: %s", record.position, exc)
+            self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
             self.ctx.drop_hold(record)
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
             return

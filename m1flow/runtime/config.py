@@ -1,7 +1,9 @@
 """Typed service configuration from defaults, a file, the environment and flags (in that order).
 
 Every knob has a default that works on a 2-core machine; `--config file.yaml`, `M1FLOW_<FIELD>`
-environment variables and `--field value` flags override it, later sources winning.
+environment variables and `--field value` flags override it, later sources winning. Components'
+settings nest under their service's (`algorithm:` and `train:` of the learner, `math:`, `code:` and
+`genrm:` of the reward service): a YAML file sets them as nested keys, a flag or variable as JSON.
 """
 from __future__ import annotations
 
@@ -67,11 +69,19 @@ class ServiceConfig(BaseModel):
         for name in cls.model_fields:
             env_value = env.get(f"M1FLOW_{name.upper()}")
             if env_value is not None:
-                values[name] = _parse(env_value)
+                values[name] = _merge(values.get(name), _parse(env_value))
             flag = getattr(args, name)
             if flag is not None:
-                values[name] = _parse(flag)
+                values[name] = _merge(values.get(name), _parse(flag))
         return cls.model_validate(values)
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """A nested block given as JSON (`--algorithm '{"policy_loss": "dapo"}'`) changes only the keys it
+    names; the file's other keys in that block stay."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
 
 
 def _parse(text: str) -> Any:
