@@ -45,6 +45,8 @@ class ServiceConfig(BaseModel):
                                      description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"
     log_json: bool = True
+    exit_unhealthy_after_s: float = Field(0.0, ge=0, description="exit, for the container engine to restart it, "
+                                          "after this long unhealthy having been healthy; 0: never")
     topics: TopicLayout = Field(default_factory=TopicLayout,
                                 description="partitions per topic and replication factor of the topics it creates")
 

@@ -68,8 +68,11 @@ def test_metrics_and_monitor_ports_are_published_on_loopback(compose):
     assert compose["services"]["svc_monitor"]["environment"]["M1FLOW_DASHBOARD_HOST"] == "0.0.0.0"
 
 
-def test_every_replica_derives_its_own_index(compose):
+def test_every_replica_derives_its_own_index_and_exits_when_stuck(compose):
     assert all(compose["services"][name]["environment"]["M1FLOW_REPLICA"] == "auto" for name in SERVICES)
+    # Docker restarts on exits, never on a failing health check
+    assert all(compose["services"][name]["environment"]["M1FLOW_EXIT_UNHEALTHY_AFTER_S"] == "120" for name in SERVICES)
+    assert all(compose["services"][name]["restart"] == "unless-stopped" for name in SERVICES)
 
 
 def test_gpu_override_reserves_gpus_for_rollout_and_learner_only(docker_engine):
