@@ -86,9 +86,16 @@ class Liveness:
             self._owned, self._waiting_since = set(partitions), None
             self._progress_at = time.monotonic()  # a new owner gets a full stall window
 
-    def revoked(self) -> None:
+    def revoked(self, partitions: set[tuple[str, int]] | None = None) -> None:
+        """Cooperative rebalancing revokes only what moves: a replica keeping partitions is still an
+        owner (kafka-python calls no on_partitions_assigned when nothing is added). It waits for an
+        assignment only once it owns nothing (or when the revoked set is not known)."""
         with self._lock:
-            self._owned, self._waiting_since = None, time.monotonic()
+            kept = self._owned - partitions if self._owned is not None and partitions is not None else set()
+            if kept:
+                self._owned = kept
+            else:
+                self._owned, self._waiting_since = None, time.monotonic()
 
     def throttled(self, value: bool) -> None:
         with self._lock:

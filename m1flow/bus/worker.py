@@ -181,7 +181,7 @@ class StreamWorker:
 
     def _revoked_event(self, partitions: set[TP]) -> None:
         self._events.append(("revoked", partitions))
-        self.liveness.revoked()
+        self.liveness.revoked(partitions)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:

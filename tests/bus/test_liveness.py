@@ -43,3 +43,14 @@ def test_broker_away_long_enough_is_unhealthy():
     live._broker_ok_at = now
     assert live.verdict(None, now + 5).healthy
     assert live.verdict(None, now + 21).reason.startswith("broker unreachable")
+
+
+def test_a_replica_that_keeps_partitions_after_a_cooperative_revocation_stays_an_owner():
+    """A second replica joins: the first gives up half its partitions and keeps the rest; kafka-python
+    then reports no assignment for it (nothing was added), so it must not wait for one."""
+    live, now = fresh()
+    live.assigned({("rollouts", p) for p in range(4)})
+    live.revoked({("rollouts", 2), ("rollouts", 3)})
+    assert live.verdict(0, now + 31).healthy
+    live.revoked({("rollouts", 0), ("rollouts", 1)})  # everything gone: now it waits for an assignment
+    assert "no partition assignment for" in live.verdict(0, time.monotonic() + 31).reason
