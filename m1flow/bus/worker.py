@@ -137,6 +137,7 @@ class StreamWorker:
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
         self.static_member = static_member and start_offsets is None
         self.liveness = Liveness(bootstrap, group_id, liveness or LivenessConfig(), on_health,
+                                 member=self.client_id if self.static_member else None,
                                  assigned_mode=start_offsets is not None)
         self._events: deque[tuple[str, set[tuple[str, int]]]] = deque()
         self._backlog: dict[TP, deque] = {}
@@ -200,6 +201,7 @@ class StreamWorker:
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         self.liveness.handled(count)
+        self.liveness.owns(self.consumer.assignment())
         self.liveness.stepped(self.tracker.read_positions())
         return count
 
