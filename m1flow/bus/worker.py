@@ -262,9 +262,12 @@ class StreamWorker:
             if kind == "revoked":
                 self._on_revoked(partitions)
             else:
-                self.liveness.assigned(self.consumer.assignment())
+                owned = self.consumer.assignment()
+                self.liveness.assigned(owned)
                 self.liveness.mark_ready()
-                log.info("assigned %s", sorted(f"{t}/{p}" for t, p in partitions))
+                # cooperative rebalancing reports what was added (often nothing): log what it owns too
+                log.info("assigned %s, owns %s", sorted(f"{t}/{p}" for t, p in partitions),
+                         sorted(f"{t}/{p}" for t, p in owned))
 
     def lag(self) -> int:
         """Records left to handle on the owned partitions, up to their end (replay: their stop
