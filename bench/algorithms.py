@@ -14,11 +14,12 @@ Everything but the objective's mask is shared: the warm-started tiny hybrid mode
 each step (per seed), group size, learning rate, AdamW (0.9, 0.95, 1e-15), and the number of
 off-policy minibatch updates per generation batch (the report: 16; here --minibatches). Each step
 samples G completions per prompt with the native engine (temperature 1, top-p 1, so the recorded
-log-probs are the behaviour policy's), rewards a correct final answer with 1, normalises rewards
-within each group, drops groups whose rewards are all equal (DAPO's dynamic sampling), shuffles
-the samples (the learner cuts contiguous minibatches; unshuffled, each would hold 2-3 samples of
-one group, often all wrong, and the runs were much noisier), then runs the learner's
-train_on_batch. --eps-low / --eps-high override every algorithm's clip range (a probe: DAPO with
+log-probs are the behaviour policy's), rewards a correct final answer with 1 (no format reward, no
+overlong penalty), and selects each group as the learner does (m1flow.rl: GRPO's group
+normalisation, groups whose rewards are all equal dropped by dynamic sampling), builds the batch
+with the learner's batching, shuffles the samples (the learner cuts contiguous minibatches;
+unshuffled, each would hold 2-3 samples of one group, often all wrong, and the runs were much
+noisier), then runs the learner's train_on_batch with the algorithm's registered policy loss. --eps-low / --eps-high override every algorithm's clip range (a probe: DAPO with
 both at 1e9 is the unclipped importance-sampled policy gradient).
 
 The RL data is a fixed pool of --pool problems (as the report trains on a fixed, filtered set);
@@ -47,12 +48,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from m1flow import chat, checkpoint  # noqa: E402
+from m1flow.contracts import events  # noqa: E402
 from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
+from m1flow.rl.config import AlgorithmConfig  # noqa: E402
+from m1flow.rl.selection import Selected  # noqa: E402
+from m1flow.rl.shaping import ShapingConfig  # noqa: E402
+from m1flow.status import Status  # noqa: E402
 from m1flow.tasks import arith, chain  # noqa: E402
 from m1flow.warmstart import WarmStartConfig, warm_started_policy  # noqa: E402
+from svc_learner.batching import Batch, to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
-from svc_learner.update import Batch, LearnerConfig, pack_sequences, train_on_batch  # noqa: E402
-from svc_reward.shaping import group_advantages, is_degenerate  # noqa: E402
+from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
 
 Problem = arith.ArithProblem | chain.ChainProblem
 
@@ -97,47 +103,50 @@ def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok, val: list[Problem]) -
     return hits / len(val)
 
 
+def scored_group(task: Task, tok, problem: Problem, completions, version: int) -> events.ScoredGroup:
+    """A group as the reward service writes it: the verifier's reward (1 for a right answer) per sample."""
+    ids = prompt_ids(tok, problem)
+    group = events.ScoredGroup(group_id=problem.prompt_id, group_size=len(completions))
+    for i, c in enumerate(completions):
+        group.samples.add(index=i, prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs,
+                          reward=float(is_correct(task, tok, c.tokens, problem)), status=Status.OK,
+                          policy_version=version, max_new_tokens=task.max_new_tokens)
+    return group
+
+
 def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, version: int,
-                  gen: torch.Generator) -> Batch:
-    """Sample, score and pack one generation batch, shaped as the reward service shapes groups."""
-    rows = []
-    for gi, p in enumerate(prompts):
-        ids = prompt_ids(tok, p)
-        done = sample(model, ids, n=group, max_new_tokens=task.max_new_tokens, temperature=1.0, top_p=1.0,
-                      eos_id=tok.eos_token_id, generator=gen)
-        rewards = [float(is_correct(task, tok, c.tokens, p)) for c in done]
-        dropped = is_degenerate(rewards)  # dynamic sampling: no signal in this group
-        rows += [(ids, c, a, gi, dropped) for c, a in zip(done, group_advantages(rewards))]
+                  gen: torch.Generator, algorithm: AlgorithmConfig) -> Batch | None:
+    """Sample, score, select (m1flow.rl) and pack one generation batch; None when every group was dropped."""
+    selected = []
+    for p in prompts:
+        done = sample(model, prompt_ids(tok, p), n=group, max_new_tokens=task.max_new_tokens, temperature=1.0,
+                      top_p=1.0, eos_id=tok.eos_token_id, generator=gen)
+        outcome = algorithm.select(scored_group(task, tok, p, done, version), current_version=version)
+        if isinstance(outcome, Selected):
+            selected.append(outcome)
+    if not selected:
+        return None
+    batch = to_batch(selected, tok.pad_token_id)
     # the learner splits the batch into contiguous minibatches: shuffle so that each one mixes
     # groups (and positive with negative samples), as a large generation batch would
-    rows = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
-    input_ids, mask, logp = pack_sequences([ids for ids, *_ in rows], [c.tokens for _, c, *_ in rows],
-                                           [c.logprobs for _, c, *_ in rows], tok.pad_token_id)
-    n = len(rows)
-    batch = Batch(
-        input_ids=input_ids, response_mask=mask, rollout_logp=logp,
-        advantages=torch.tensor([a for *_, a, _, _ in rows]),
-        policy_version=torch.full((n,), version, dtype=torch.long),
-        group_ids=torch.tensor([gi for *_, gi, _ in rows]),
-        dropped=torch.tensor([d for *_, d in rows]),
-    )
-    return batch
+    return batch.select(torch.randperm(len(batch), generator=gen))
 
 
 def run(task: Task, algo: str, seed: int, policy_dir: Path, tok, pool: list[Problem],
         val: list[Problem], args: argparse.Namespace, start: tuple[float, float]) -> dict:
     torch.manual_seed(seed)
     model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
-    cfg = LearnerConfig(algo=algo, lr=args.lr, minibatches=args.minibatches, grad_clip=args.grad_clip,
-                        eps_low=args.eps_low, eps_high=args.eps_high)
+    cfg = LearnerConfig(lr=args.lr, minibatches=args.minibatches, grad_clip=args.grad_clip)
+    algorithm = AlgorithmConfig(policy_loss=algo, eps_low=args.eps_low, eps_high=args.eps_high,
+                                shaping=ShapingConfig(format_reward=0.0, overlong_penalty=False))
     optimizer = make_optimizer(model.parameters(), cfg.lr)
     draws = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     curve, sums = [(0, *start)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
     for step in range(args.steps):
-        batch = rollout_batch(task, model, tok, draws.sample(pool, args.prompts), args.group, step, gen)
-        stats = train_on_batch(model, optimizer, batch, cfg, current_version=step)
-        if stats["updates"]:
+        batch = rollout_batch(task, model, tok, draws.sample(pool, args.prompts), args.group, step, gen, algorithm)
+        stats = train_on_batch(model, optimizer, batch, cfg, algorithm.loss()) if batch is not None else {}
+        if stats.get("updates"):
             sums["n"] += 1
             for k in ("clip_high_frac", "masked_frac", "ratio_mean"):
                 sums[k] += stats[k]

@@ -1,11 +1,13 @@
-"""Messages per second of ~64 KB Rollouts through the m1flow bus against a bare kafka-python loop.
+"""Messages per second of ~64 KB Rollouts through the m1flow bus (its consumer on either Kafka
+client, m1flow/bus/clients.py) against a bare kafka-python loop.
 
 Why: every rollout crosses the bus twice (rollout -> reward -> learner), so the bus's own price per
 message (protobuf encode/decode, framing, dedupe, offset tracking, flush-before-commit per cycle)
 must stay small next to what Kafka itself costs. Both sides move the same bytes through the same
 local KRaft broker, each measurement on a fresh `rollouts.<suffix>` topic, rounds alternating.
 
-  bus:  Producer.send (encode) + flush | StreamWorker.step (decode, dedupe, count, flush, commit)
+  bus:  Producer.send (encode) + flush | StreamWorker.step (decode, dedupe, count, flush, commit),
+        once with the kafka-python consumer (bus-kp) and once with confluent-kafka's (bus-ck)
   bare: KafkaProducer acks=all idempotent + flush | KafkaConsumer.poll + commit per poll batch
 
 The bare side keeps kafka-python's other defaults (16 KB producer batches, 1 MB per-partition
@@ -35,6 +37,8 @@ from m1flow.contracts import events
 from m1flow.kafka import Broker
 
 GROUPS = 64  # distinct keys, so every partition of the topic gets traffic
+CLIENTS = {"bus-kp": "kafka-python", "bus-ck": "confluent-kafka"}
+SIDES = ("bus-kp", "bus-ck", "bare")
 JOIN_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 
@@ -100,10 +104,11 @@ def _timed(fn: Callable[[], None]) -> float:
 
 
 def run_bus(bootstrap: str, topic: TopicSpec, template: events.Rollout, n: int,
-            worker_options: dict[str, int]) -> tuple[float, float]:
+            worker_options: dict[str, int], client: str) -> tuple[float, float]:
     """(produce seconds, consume seconds) through Producer and StreamWorker."""
     handler = Counter(topic)
-    worker = StreamWorker(bootstrap, f"bench-{topic.name}", handler, "bench-consumer", **worker_options)
+    worker = StreamWorker(bootstrap, f"bench-{topic.name}", handler, "bench-consumer", client=client,
+                          **worker_options)
     producer = Producer(bootstrap, "bench-producer")
     try:
         _until(lambda: bool(worker.consumer.assignment()), worker.step, JOIN_TIMEOUT_S, "group join")
@@ -171,15 +176,15 @@ def measure(messages: int, rounds: int, kb: int, profile: bool = False,
         try:
             bootstrap = broker.start()
             for r in range(rounds):
-                sides = ("bus", "bare") if r % 2 == 0 else ("bare", "bus")
+                sides = SIDES if r % 2 == 0 else tuple(reversed(SIDES))
                 for side in sides:
                     topic = ROLLOUTS.renamed(f"{ROLLOUTS.name}.bench-{side}-{r}")
                     ensure_topics(bootstrap, (topic,))
-                    if side == "bus":
+                    if side in CLIENTS:
                         if profiler:
                             profiler.enable()
                         produce_s, consume_s = run_bus(bootstrap, topic, template, messages,
-                                                       worker_options or {})
+                                                       worker_options or {}, CLIENTS[side])
                         if profiler:
                             profiler.disable()
                     else:
@@ -197,23 +202,24 @@ def measure(messages: int, rounds: int, kb: int, profile: bool = False,
 
 
 def _row(res: Result) -> str:
-    return f"{res.side:<6}{res.phase:<9}{res.messages:>9}{res.seconds:>9.2f}{res.rate:>9.1f}{res.mb_per_s:>8.1f}"
+    return f"{res.side:<8}{res.phase:<9}{res.messages:>9}{res.seconds:>9.2f}{res.rate:>9.1f}{res.mb_per_s:>8.1f}"
 
 
 def table(results: list[Result]) -> str:
     """Per-round rows, then totals per side and phase with the bus/bare ratio of msg/s."""
-    lines = [f"{'side':<6}{'phase':<9}{'messages':>9}{'seconds':>9}{'msg/s':>9}{'MB/s':>8}"]
+    lines = [f"{'side':<8}{'phase':<9}{'messages':>9}{'seconds':>9}{'msg/s':>9}{'MB/s':>8}"]
     lines += [_row(res) for res in results]
     lines.append("totals over all rounds")
     for phase in ("produce", "consume", "e2e"):
         totals = {}
-        for side in ("bus", "bare"):
+        for side in SIDES:
             rows = [r for r in results if r.side == side and r.phase == phase]
             totals[side] = Result(side, phase, sum(r.messages for r in rows), sum(r.seconds for r in rows),
                                   rows[0].value_bytes)
             lines.append(_row(totals[side]))
         target = "  (target >= 0.80)" if phase == "e2e" else ""
-        lines.append(f"ratio bus/bare {phase:<8} {totals['bus'].rate / totals['bare'].rate:.2f}{target}")
+        for side in CLIENTS:
+            lines.append(f"ratio {side}/bare {phase:<8} {totals[side].rate / totals['bare'].rate:.2f}{target}")
     return "\n".join(lines)
 
 

@@ -6,8 +6,9 @@ chat template, `generation_config.json`. Any causal LM of that form loads throug
 Auto classes (the hybrid model registers itself with them), so a policy opens in vLLM, in
 transformers and in every engine here. A learner checkpoint is a policy plus what resuming needs:
 `optimizer.pt` and `learner_state.json` (version, step, the Kafka offsets consumed, the groups
-applied). Checkpoints are written atomically (temp dir + rename), the newest K kept, and a
-superseded one survives a grace period for readers that were handed it when it was current.
+applied and those skipped as having nothing to teach). Checkpoints are written atomically (temp dir
++ rename), the newest K kept, and a superseded one survives a grace period for readers that were
+handed it when it was current.
 
 Loading a policy for inference needs only this module (and transformers); nothing of the cold-start
 trainer or the learner.
@@ -33,6 +34,7 @@ from m1flow.model.modeling import CONFIG_FILE, MAX_SHARD_BYTES, WEIGHTS_FILE, WE
 
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
+LEARNER_CHECKPOINTS = Path("learner") / "checkpoints"  # under a run directory: the live learner's
 
 
 class PolicyLoadError(RuntimeError):
@@ -60,6 +62,11 @@ def weight_files(directory: str | Path) -> list[Path]:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         return [index, *(directory / s for s in shards)]
     return [directory / WEIGHTS_FILE]
+
+
+def has_weights(directory: str | Path) -> bool:
+    """Whether every weight file of the directory is there (a checkpoint still on disk)."""
+    return all(path.exists() for path in weight_files(directory))
 
 
 def weights_sha256(directory: str | Path) -> str:
@@ -136,7 +143,13 @@ class LearnerState:
     step: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset
     applied_groups: list[list[str]] = field(default_factory=list)  # per step, the group ids applied
+    skipped_groups: list[list[str]] = field(default_factory=list)  # per step, the ids skipped since the last
     samples_dropped_stale: int = 0
+
+
+def version_dir(root: str | Path, version: int) -> Path:
+    """Where the learner writes the checkpoint of `version` under its checkpoint root."""
+    return Path(root) / f"v{version:06d}"
 
 
 def save_checkpoint(root: Path, model: nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer | None,
@@ -144,7 +157,7 @@ def save_checkpoint(root: Path, model: nn.Module, tokenizer: Any, optimizer: tor
                     max_shard_bytes: int = MAX_SHARD_BYTES) -> tuple[Path, str]:
     """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"v{state.version:06d}"
+    final = version_dir(root, state.version)
     tmp = root / f".tmp-v{state.version:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     save_policy(tmp, model, tokenizer, max_shard_bytes=max_shard_bytes)

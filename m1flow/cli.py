@@ -124,16 +124,24 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from m1flow.launcher import launch
+    from m1flow.replay import ReplayError, replay_args
     from m1flow.topics_io import prepare_replay
 
     bootstrap = _bootstrap(args)
+    service_args = args.service_args[1:] if args.service_args[:1] == ["--"] else args.service_args
+    try:  # the policy a learner or rollout replay starts from, and the learner's own checkpoints
+        extra = replay_args(args.service, bootstrap, args.run_dir, args.topic, args.group, args.from_, args.to,
+                            service_args)
+    except ReplayError as exc:
+        print(f"cannot replay: {exc}", file=sys.stderr)
+        return 2
     stops = prepare_replay(bootstrap, args.topic, args.group, args.from_, args.to)
     suffix = args.output_suffix if args.output_suffix is not None else args.group
     print(f"replaying {args.topic} {args.from_}..{args.to or 'end'} into group {args.group}"
           f" ({args.service}); outputs go to " + (f"'<topic>.{suffix}'" if suffix else "the live topics"))
     proc = launch(args.service, args.run_dir, bootstrap, replica=900 + os.getpid() % 100, args=[
         "--group-id", args.group, "--stop-offsets", json.dumps(stops), "--output-suffix", suffix,
-        *args.service_args])
+        *extra, *service_args])
     code = proc.proc.wait()
     print(f"replay finished with exit code {code}; log: {proc.log_path}")
     return code
@@ -250,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--group", required=True, help="a fresh consumer group name")
     r.add_argument("--service", default="reward", help="which service consumes the range")
     r.add_argument("--output-suffix", default=None, help="outputs go to '<topic>.<suffix>' (default: the group)")
-    r.add_argument("service_args", nargs=argparse.REMAINDER)
+    r.add_argument("service_args", nargs=argparse.REMAINDER, help="after --: the service's own flags")
     r.set_defaults(func=cmd_replay)
 
     u = sub.add_parser("up", help="start the broker and all services as local processes, supervised")
@@ -289,6 +297,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--minutes", type=float, default=4.0)
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
+
+    from m1flow.cluster import add_parser as add_cluster_parser
+    add_cluster_parser(sub)
     return p
 
 

@@ -1,7 +1,8 @@
 """Reward, accuracy and length totals of scored groups: the learner's metrics and the monitor's rows.
 
 Samples whose score is an infrastructure failure (sandbox down, verifier timeout) are left out:
-their reward says nothing about the policy.
+their reward says nothing about the policy. Rewards are as scored (the verifier's; schema-1
+records: as the reward service shaped them), before the learner's shaping.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from m1flow.contracts import events
-from m1flow.verdicts import INFRA_FAILURE_STATUSES
+from m1flow.rl.legacy import status_of
 
 
 @dataclass(frozen=True)
@@ -21,16 +22,17 @@ class GroupTotals:
     correct: int
     judged: int  # samples with a correct/incorrect verdict (GenRM-only samples have none)
     length_sum: int
-    dropped: int  # groups the reward service dropped (dynamic sampling)
+    dropped: int  # groups with nothing to learn as scored: under two usable samples, or all rewards equal
 
     @classmethod
     def of(cls, groups: Iterable[events.ScoredGroup]) -> GroupTotals:
-        groups = list(groups)
-        samples = [s for g in groups for s in g.samples if s.status not in INFRA_FAILURE_STATUSES]
+        usable = [[s for s in g.samples if not status_of(s).is_infra_failure] for g in groups]
+        samples = [s for group in usable for s in group]
         judged = [s for s in samples if s.HasField("correct")]
         return cls(samples=len(samples), reward_sum=sum(s.reward for s in samples),
                    correct=sum(s.correct for s in judged), judged=len(judged),
-                   length_sum=sum(len(s.token_ids) for s in samples), dropped=sum(g.dropped for g in groups))
+                   length_sum=sum(len(s.token_ids) for s in samples),
+                   dropped=sum(_nothing_to_learn(group) for group in usable))
 
     def means(self) -> dict[str, float]:
         """Mean reward, accuracy and length (empty when no sample counted)."""
@@ -42,3 +44,8 @@ class GroupTotals:
             "length_mean": self.length_sum / self.samples,
             "groups_dropped": float(self.dropped),
         }
+
+
+def _nothing_to_learn(samples: list[events.ScoredSample]) -> bool:
+    rewards = [s.reward for s in samples]
+    return len(rewards) < 2 or max(rewards) == min(rewards)

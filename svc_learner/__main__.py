@@ -7,7 +7,8 @@ from m1flow.runtime import logs
 from m1flow.runtime.service import main
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import init_distributed
-from svc_learner.service import LearnerService, follow
+from svc_learner.service import LearnerService
+from svc_learner.trainer import follow
 
 if int(os.environ.get("RANK", "0")) == 0:
     main(LearnerService)

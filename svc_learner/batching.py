@@ -1,39 +1,78 @@
-"""ScoredGroups (as the reward service wrote them) into the tensors one learner step trains on."""
+"""Selected groups (m1flow.rl.selection) into the tensors one learner step trains on.
+
+Alignment convention: every [N, T] tensor is indexed like input_ids. rollout_logp[:, t] is the
+inference-mode log-prob of token input_ids[:, t] (0 on prompt and padding); the model's hidden
+state at position t - 1 predicts it.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
 import torch
+from torch import Tensor
 
-from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
-from m1flow.verdicts import INFRA_FAILURE_STATUSES
-from svc_learner.update import Batch, pack_sequences
+from m1flow.rl.selection import Selected
 
 
-def to_batch(groups: list[events.ScoredGroup], pad_id: int = 0) -> Batch | None:
-    """Right-padded prompt+response sequences; None when no sample can be trained on.
+@dataclass
+class Batch:
+    """N sequences (prompt + response, right-padded), each with its advantage."""
 
-    Samples whose score is an infrastructure failure are left out here: their reward says nothing
-    about the sample. Dropped groups are kept and flagged so the update counts them.
-    """
-    rows = []
-    for gi, group in enumerate(groups):
-        for s in group.samples:
-            if s.status in INFRA_FAILURE_STATUSES or not s.token_ids:
-                continue
-            rows.append((gi, group.dropped, s))
+    input_ids: Tensor  # [N, T] long
+    response_mask: Tensor  # [N, T] 1 on generated tokens to train on
+    rollout_logp: Tensor  # [N, T] inference-mode log-prob of each token (see module docstring)
+    advantages: Tensor  # [N]
+    policy_version: Tensor  # [N] long, version of the policy that sampled it
+    group_ids: Tensor  # [N] long, index of its group in the batch
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: Tensor) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
+                   pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded (input_ids, response_mask, rollout_logp) [N, T] in the alignment above."""
+    n, width = len(prompts), max(len(p) + len(r) for p, r in zip(prompts, responses))
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask, logp = torch.zeros(n, width), torch.zeros(n, width)
+    for row, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
+        end = len(p) + len(r)
+        input_ids[row, :end] = torch.tensor(p + r, dtype=torch.long)
+        mask[row, len(p) : end] = 1.0
+        logp[row, len(p) : end] = torch.tensor(lp, dtype=torch.float32)
+    return input_ids, mask, logp
+
+
+def to_batch(selected: Sequence[Selected], pad_id: int = 0) -> Batch:
+    """The selected samples of each group, in order, with their advantages."""
+    rows = [(gi, sel.group.samples[i], adv) for gi, sel in enumerate(selected)
+            for i, adv in zip(sel.samples, sel.advantages)]
     if not rows:
-        return None
-    input_ids, mask, logp = pack_sequences([list(s.prompt_token_ids) for _, _, s in rows],
-                                           [list(s.token_ids) for _, _, s in rows],
-                                           [list(s.logprobs) for _, _, s in rows], pad_id)
+        raise ValueError("no selected samples to build a batch from")
+    input_ids, mask, logp = pack_sequences([list(s.prompt_token_ids) for _, s, _ in rows],
+                                           [list(s.token_ids) for _, s, _ in rows],
+                                           [list(s.logprobs) for _, s, _ in rows], pad_id)
     return Batch(
         input_ids=input_ids, response_mask=mask, rollout_logp=logp,
-        advantages=torch.tensor([s.advantage for _, _, s in rows], dtype=torch.float32),
-        policy_version=torch.tensor([s.policy_version for _, _, s in rows], dtype=torch.long),
-        group_ids=torch.tensor([gi for gi, _, _ in rows], dtype=torch.long),
-        dropped=torch.tensor([d for _, d, _ in rows], dtype=torch.bool))
+        advantages=torch.tensor([adv for _, _, adv in rows], dtype=torch.float32),
+        policy_version=torch.tensor([s.policy_version for _, s, _ in rows], dtype=torch.long),
+        group_ids=torch.tensor([gi for gi, _, _ in rows], dtype=torch.long))
 
 
-def group_stats(groups: list[events.ScoredGroup]) -> dict[str, float]:
-    """Reward, accuracy and length of the samples a batch was made of, for metrics and the monitor."""
-    return GroupTotals.of(groups).means()
+def batch_stats(selected: Sequence[Selected]) -> dict[str, float]:
+    """What a batch was made of, for metrics and the monitor: rewards as scored and as shaped, sizes."""
+    stats = GroupTotals.of(sel.group for sel in selected).means()
+    stats.pop("groups_dropped", None)  # a batch holds only trainable groups; skips are counted apart
+    rewards = [r for sel in selected for r in sel.rewards]
+    left_out: dict[str, int] = {}
+    for sel in selected:
+        for reason, n in sel.counts.items():
+            left_out[reason] = left_out.get(reason, 0) + n
+    return {**stats, "groups": float(len(selected)), "samples": float(len(rewards)),
+            "shaped_reward_mean": sum(rewards) / max(1, len(rewards)),
+            **{f"samples_left_out_{reason}": float(n) for reason, n in sorted(left_out.items())}}

@@ -5,17 +5,30 @@ from pathlib import Path
 
 from pydantic import Field
 
+from m1flow.checkpoint import LEARNER_CHECKPOINTS
+from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
 from svc_learner.update import LearnerConfig
 
 
 class LearnerServiceConfig(ServiceConfig):
-    """svc_learner: CISPO updates on scored groups, checkpoints, policy announcements."""
+    """svc_learner: selects scored groups, trains on them (CISPO by default), checkpoints, announces policies."""
 
-    init_checkpoint: Path | None = Field(None, description="policy to start from when no checkpoint exists")
-    batch_groups: int = Field(16, description="scored groups (kept or dropped) per learner step")
+    init_checkpoint: Path | None = Field(
+        None, description="policy to start from when checkpoint_dir holds none (a learner checkpoint also "
+                          "gives its version and optimizer: how a replay starts)")
+    checkpoint_dir: Path | None = Field(None, description="where checkpoints go; default run_dir/learner/checkpoints")
+    batch_groups: int = Field(16, ge=1, description="trainable groups per learner step (skipped groups take no place)")
+    batch_timeout_s: float = Field(
+        30.0, gt=0, description="train on fewer groups once the input has been idle and caught up this long")
     keep_checkpoints: int = Field(3, ge=1, description="checkpoints kept besides those still in their grace period")
     checkpoint_grace_s: float = Field(60.0, ge=0, description="a superseded checkpoint stays this long for readers")
     seed: int = 0
     torch_threads: int = 1
-    train: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=2e-4, minibatches=2))
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig,
+                                       description="advantage estimator, policy loss, selection, shaping")
+    train: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=2e-4, minibatches=2),
+                                 description="optimizer, minibatch updates per batch, LM head")
+
+    def checkpoint_root(self) -> Path:
+        return self.checkpoint_dir or self.run_dir / LEARNER_CHECKPOINTS

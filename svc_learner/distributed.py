@@ -1,7 +1,7 @@
-"""Data-parallel learner steps: `torchrun --nproc-per-node N -m svc_learner`.
+"""Data-parallel learner steps: `torchrun --nproc-per-node N -m svc_learner`; the exchange between ranks.
 
-Every rank receives the same scored batch, filters it the same way, and takes a strided share of
-each minibatch, so global minibatch j holds the same samples for any world size. Gradients are
+Rank 0 selects and builds each batch and broadcasts it; every rank takes a strided share of each
+minibatch, so global minibatch j holds the same samples for any world size. Gradients are
 summed across ranks by DDP (gloo on CPU, NCCL on GPU), and the loss of each rank is normalised by
 the global token / response counts, so one distributed update equals the single-process update.
 """
@@ -16,7 +16,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .update import Batch, LearnerConfig, Ranks, SequenceLogprobs, run_updates
+from .batching import Batch
+from .update import LearnerConfig, Ranks, SequenceLogprobs
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,11 @@ def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
     return DistributedDataParallel(scorer, device_ids=device_ids, find_unused_parameters=True)
 
 
-def train_on_batch_distributed(
-    scorer: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    cfg: LearnerConfig,
-    current_version: int,
-    ranks: Ranks,
-) -> dict[str, float]:
-    """train_on_batch across ranks; scorer from wrap_model, batch identical on every rank."""
-    return run_updates(scorer, optimizer, batch, cfg, current_version, ranks)
+def broadcast_batch(batch: Batch | None) -> None:
+    """Rank 0 hands the batch it built (or None: stop) to the other torchrun ranks."""
+    share(batch)
+
+
+def receive_batch() -> Batch | None:
+    """What broadcast_batch sent: the next batch, or None when rank 0 stops."""
+    return share()

@@ -1,8 +1,11 @@
-"""One learner step: filter a scored batch, then several off-policy minibatch updates on it.
+"""The update loop: several off-policy minibatch updates on one batch (`train_on_batch`).
 
 The report reuses each generation batch for 16 minibatch updates; after the first, the policy has
 moved away from the one that sampled the tokens, which is what the clipped IS weight (CISPO) or the
-trust-region mask (GRPO/DAPO) handles. This module knows nothing of Kafka; the service feeds it.
+trust-region mask (GRPO/DAPO) handles. The batch arrives selected and built (m1flow.rl.selection,
+svc_learner.batching); the loss is m1flow.rl.objectives'. This module knows nothing of Kafka.
+
+The model is anything with hidden_states(input_ids) -> [N, T, D] and lm_head.weight [V, D].
 
 Alignment convention: every [N, T] tensor is indexed like input_ids. rollout_logp[:, t] is the
 inference-mode log-prob of token input_ids[:, t] (0 on prompt and padding); the model's hidden
@@ -11,7 +14,7 @@ state at position t - 1 predicts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import torch
@@ -19,64 +22,29 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 from m1flow import lm
+from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
+from .batching import Batch
 from .logprobs import fused_head_loss
-from .objective import Algo, Norm, TokenObjective, Totals, policy_stats
 from .optim import EPS, clip_gradients
 from .precision import HeadDtype, cast_head, correlation_moments, head_logprobs, pearson_from_moments
 
 
 class LearnerConfig(BaseModel):
+    """How a batch is trained on (optimizer, updates, LM head); what is trained on is `algorithm`."""
+
     model_config = ConfigDict(extra="forbid")
 
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = 0.0
     adam_eps: float = Field(EPS, gt=0, description="AdamW eps (report: 1e-15; see svc_learner.optim)")
     minibatches: int = Field(4, ge=1, description="off-policy updates per batch (report: 16)")
-    algo: Algo = "cispo"
-    eps_low: float | None = Field(None, description="None: objective.DEFAULT_EPS[algo]")
-    eps_high: float | None = None
-    norm: Norm = "token"
     grad_clip: float | None = Field(1.0, description="max global grad norm; None: no clipping")
-    max_staleness: int = Field(2, ge=0, description="drop samples more policy versions old than this")
     old_logp_source: Literal["rollout", "recompute"] = "rollout"
     head_dtype: HeadDtype = "fp32"
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
     fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
-
-
-@dataclass
-class Batch:
-    """N sequences (prompt + response, right-padded) with what the reward service attached."""
-
-    input_ids: Tensor  # [N, T] long
-    response_mask: Tensor  # [N, T] 1 on generated tokens to train on
-    rollout_logp: Tensor  # [N, T] inference-mode log-prob of each token (see module docstring)
-    advantages: Tensor  # [N]
-    policy_version: Tensor  # [N] long, version of the policy that sampled it
-    group_ids: Tensor  # [N] long
-    dropped: Tensor  # [N] bool, set on every sample of a group the reward service dropped
-
-    def __len__(self) -> int:
-        return self.input_ids.shape[0]
-
-    def select(self, index: Tensor) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
-
-
-def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
-                   pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """Right-padded (input_ids, response_mask, rollout_logp) [N, T] in the alignment above."""
-    n, width = len(prompts), max(len(p) + len(r) for p, r in zip(prompts, responses))
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask, logp = torch.zeros(n, width), torch.zeros(n, width)
-    for row, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
-        end = len(p) + len(r)
-        input_ids[row, :end] = torch.tensor(p + r, dtype=torch.long)
-        mask[row, len(p) : end] = 1.0
-        logp[row, len(p) : end] = torch.tensor(lp, dtype=torch.float32)
-    return input_ids, mask, logp
 
 
 @dataclass(frozen=True)
@@ -141,20 +109,6 @@ def trainable_mask(batch: Batch) -> Tensor:
     return mask
 
 
-def select_trainable(batch: Batch, cfg: LearnerConfig, current_version: int) -> tuple[Batch, dict[str, int]]:
-    """Drop samples too many versions old and samples of groups the reward service dropped."""
-    stale = (current_version - batch.policy_version) > cfg.max_staleness
-    group_dropped = torch.isin(batch.group_ids, batch.group_ids[batch.dropped.bool()])
-    keep = ~stale & ~group_dropped
-    counts = {
-        "samples_in": len(batch),
-        "dropped_stale": int(stale.sum()),
-        "dropped_group": int((group_dropped & ~stale).sum()),
-        "samples_kept": int(keep.sum()),
-    }
-    return batch.select(keep.nonzero().squeeze(1)), counts
-
-
 def drop_empty_grads(params: list[nn.Parameter]) -> None:
     """A parameter no token reached (an MoE expert nobody routed to) is not stepped.
 
@@ -192,25 +146,24 @@ def run_updates(
     optimizer: torch.optim.Optimizer,
     batch: Batch,
     cfg: LearnerConfig,
-    current_version: int,
+    loss_spec: LossSpec,
     ranks: Ranks = Ranks(),
 ) -> dict[str, float]:
     """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one)."""
-    kept, stats = select_trainable(batch, cfg, current_version)
-    parts = minibatch_indices(len(kept), cfg.minibatches, ranks)
+    parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
-        return {**stats, "updates": 0}
+        return {"updates": 0}
     params = [p for group in optimizer.param_groups for p in group["params"]]
     recompute = cfg.old_logp_source == "recompute"
-    old_all = _recompute_old_logp(scorer, kept, parts) if recompute else kept.rollout_logp.float()
+    old_all = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
     sums: dict[str, Tensor] = {}
     corr_moments = None
     for step, idx in enumerate(parts):
-        mb = kept.select(idx)
+        mb = batch.select(idx)
         mask = trainable_mask(mb)
         counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
-        objective = TokenObjective.build(old_all[idx], mb.advantages, mask, cfg.algo, cfg.eps_low, cfg.eps_high,
-                                         cfg.norm, Totals(float(counts[0]), float(counts[1])))
+        objective = TokenObjective.build(old_all[idx], mb.advantages, mask, loss_spec,
+                                         Totals(float(counts[0]), float(counts[1])))
         logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective)
         mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
@@ -227,12 +180,12 @@ def run_updates(
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / ranks.world
     if recompute:  # the recomputed pass saw the whole batch before any update
         local = torch.cat(parts)
-        corr_moments = correlation_moments(old_all[local], kept.rollout_logp[local], trainable_mask(kept)[local])
+        corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
     keys = sorted(sums)
     totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]))
     reduced = dict(zip(keys, totals.tolist()))
     n_tok = max(reduced["num_tokens"], 1.0)
-    out: dict[str, float] = {**stats, "updates": len(parts)}
+    out: dict[str, float] = {"updates": len(parts)}
     for key, value in reduced.items():
         if key in ("loss", "grad_norm"):
             out[key] = value / len(parts)
@@ -249,8 +202,8 @@ def train_on_batch(
     optimizer: torch.optim.Optimizer,
     batch: Batch,
     cfg: LearnerConfig,
-    current_version: int,
+    loss_spec: LossSpec = LossSpec(),
 ) -> dict[str, float]:
-    """Filter the batch, optionally recompute old log-probs, run cfg.minibatches updates; return stats."""
+    """Optionally recompute old log-probs, run cfg.minibatches updates of loss_spec; return stats."""
     scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
-    return run_updates(scorer, optimizer, batch, cfg, current_version)
+    return run_updates(scorer, optimizer, batch, cfg, loss_spec)

@@ -1,14 +1,14 @@
 """Events in, rows out: the one place that knows the shape of the messages the monitor reads.
 
-ScoredGroup is changing (schema 2: `status` becomes the `Status` enum, advantages and dynamic-sampling
-drops move to the learner); only `scored_group_rows` and `infra_failed` read it.
+ScoredGroup schema 2: `status` is the `Status` enum, advantages and dynamic-sampling drops are the
+learner's; schema-1 records carry the string in `legacy_status`. Only `scored_group_rows` and
+`infra_failed` read it.
 """
 from __future__ import annotations
 
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
-from m1flow.status import INFRA_FAILURE_FROM
-from m1flow.verdicts import INFRA_FAILURE_STATUSES
+from m1flow.rl.legacy import status_of
 from svc_monitor.schema import (DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow, PolicyRow,
                                 RolloutRow)
 from svc_monitor.store import ScoredGroupRows
@@ -17,10 +17,7 @@ def infra_failed(sample: events.ScoredSample) -> bool:
     """Our infrastructure failed on this sample (its score says nothing about the policy).
 
     Reads both contracts: the `Status` enum of schema 2 and the strings of schema 1."""
-    status = sample.status
-    if isinstance(status, int):
-        return status >= INFRA_FAILURE_FROM
-    return status in INFRA_FAILURE_STATUSES
+    return status_of(sample).is_infra_failure
 
 
 def token_repetition(tokens: list[int], n: int) -> float:

@@ -7,18 +7,20 @@ from pydantic import Field
 
 from m1flow.runtime.config import ServiceConfig
 from svc_reward.genrm.config import CalibrationConfig, GenRMConfig, NativeJudgeConfig, OpenAIJudgeConfig
+from svc_reward.verifiers.code import CodeRewardConfig
+from svc_reward.verifiers.math import MathVerifyConfig
 
 JudgeBackend = Literal["", "openai", "native", "length", "quality"]
 
 
 class RewardConfig(ServiceConfig):
-    """svc_reward: scores rollouts, completes groups, computes advantages."""
+    """svc_reward: scores rollouts and completes groups (rewards, their parts, verdicts); no more."""
 
     group_timeout_s: float = Field(60.0, description="score a group with what arrived after this long")
-    format_reward: float = Field(0.1, description="added when the answer is well formed")
-    overlong_buffer_frac: float = Field(0.25, description="soft overlong buffer as a fraction of the window")
     scoring_threads: int = Field(4, description="concurrent scoring jobs (slow sandbox calls overlap)")
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
+    math: MathVerifyConfig = Field(default_factory=MathVerifyConfig, description="the math-verify worker pool")
+    code: CodeRewardConfig = Field(default_factory=CodeRewardConfig, description="code tasks: scoring mode, limits")
     genrm_judge: JudgeBackend = Field(
         "", description="GenRM judge: openai (an HTTP endpoint), native (a checkpoint), or the heuristic "
                         "length/quality judges for tests and CPU demos; empty: genrm tasks are not scored")

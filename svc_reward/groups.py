@@ -1,4 +1,9 @@
-"""Collect the G rollouts of a group, and turn a complete group into one ScoredGroup."""
+"""Collect the G rollouts of a group, and turn a complete group into one ScoredGroup.
+
+A ScoredGroup holds what the verifiers said (reward, parts, verdict, status) per sample, and the
+samples themselves; advantages, shaping and the choice of what to train on are the learner's
+(m1flow.rl).
+"""
 from __future__ import annotations
 
 import time
@@ -7,10 +12,8 @@ from dataclasses import dataclass, field
 from m1flow.bus import Record, codec
 from m1flow.bus.dedupe import SeenIds
 from m1flow.contracts import events
-from svc_reward.config import RewardConfig
-from svc_reward.result import ScoreResult, Status
+from svc_reward.result import ScoreResult
 from svc_reward.scorers import ScorerRegistry
-from svc_reward.shaping import group_advantages, is_degenerate, overlong_penalty
 
 
 @dataclass
@@ -66,41 +69,23 @@ class GroupBuffer:
                 del self.pending[gid]
 
 
-def shape(rollout: events.Rollout, result: ScoreResult, cfg: RewardConfig) -> ScoreResult:
-    """Verifier verdict plus the format reward and the soft overlong penalty."""
-    if not result.usable:
-        return result
-    window = rollout.max_new_tokens or len(rollout.token_ids)
-    penalty = overlong_penalty(len(rollout.token_ids), window, int(window * cfg.overlong_buffer_frac))
-    if rollout.finish_reason == events.FINISH_REASON_LENGTH:
-        penalty = -1.0 if result.status is Status.FORMAT_ERROR else penalty
-    fmt = cfg.format_reward if result.status is Status.OK else 0.0
-    return result.with_parts(format=fmt, length_penalty=penalty)
-
-
-def score_group(group: PendingGroup, registry: ScorerRegistry, cfg: RewardConfig) -> events.ScoredGroup:
-    """Verdicts for the whole group at once (GenRM compares the rollouts with each other), then the
-    same shaping, advantages and dynamic sampling for every verifier kind."""
+def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredGroup:
+    """Verdicts for the whole group at once (GenRM compares the rollouts with each other)."""
     rollouts = [group.rollouts[i] for i in sorted(group.rollouts)]
     first = rollouts[0]
     verdicts = registry.score_group(first.prompt_text, [r.response_text for r in rollouts], first.verifier)
-    results = [shape(r, v, cfg) for r, v in zip(rollouts, verdicts)]
-    rewards = [res.reward for res in results]
-    usable = [res.usable for res in results]
-    advantages = group_advantages(rewards, usable)
-    dropped = is_degenerate(rewards, usable)
     scored = events.ScoredGroup(
         header=codec.header("reward", run_id=first.header.trace.run_id, group_id=group.group_id,
                             policy_version=first.policy_version, message_id=f"scored:{group.group_id}"),
         group_id=group.group_id, prompt_id=first.prompt_id, task_type=first.task_type,
-        dropped=dropped, drop_reason="all rewards equal" if dropped else "",
         incomplete=not group.complete, group_size=group.group_size,
         source_offsets=sorted({rec.position for rec in group.records}))
-    for rollout, res, adv in zip(rollouts, results, advantages):
+    for rollout, res in zip(rollouts, verdicts):
         scored.samples.add(
-            rollout_id=rollout.rollout_id, index=rollout.index, advantage=adv, **verdict_fields(res),
+            rollout_id=rollout.rollout_id, index=rollout.index, **verdict_fields(res),
             policy_version=rollout.policy_version, prompt_token_ids=rollout.prompt_token_ids,
-            token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason)
+            token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason,
+            max_new_tokens=rollout.max_new_tokens)
     return scored
 
 
@@ -108,8 +93,7 @@ def verdict_fields(res: ScoreResult) -> dict:
     """reward, correct (when known), status, parts and detail: the fields ScoredSample and
     ScoreReply share, filled from one ScoreResult."""
     fields = {"reward": res.reward, "status": res.status.value, "detail": res.detail,
-              "parts": events.RewardParts(correctness=res.parts.correctness, format=res.parts.format,
-                                          length_penalty=res.parts.length_penalty, genrm=res.parts.genrm)}
+              "parts": events.RewardParts(correctness=res.parts.correctness, genrm=res.parts.genrm)}
     if res.correct is not None:
         fields["correct"] = res.correct
     return fields

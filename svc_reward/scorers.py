@@ -12,15 +12,20 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from m1flow.contracts import events
+from m1flow.task_store import read_payload
 from svc_reward.config import RewardConfig
 from svc_reward.result import ScoreResult, Status
+from svc_reward.verifiers.code import CodeRewardConfig
+from svc_reward.verifiers.math import MathVerifyConfig
 
 if TYPE_CHECKING:
     from svc_reward.genrm import GenRMScorer, Judge, LengthCoefficients
+    from svc_reward.verifiers.math import MathVerifierPool
     from svc_sandbox.client import SandboxClient
 
 log = logging.getLogger(__name__)
@@ -34,10 +39,25 @@ def _arith(response: str, spec: events.VerifierSpec) -> ScoreResult:
     return verify_arith(response, spec.gold)
 
 
-def _math(response: str, spec: events.VerifierSpec) -> ScoreResult:
-    from svc_reward.verifiers.math import verify_math
+class MathKind:
+    """math-verify in this replica's worker pool, started on the first math task."""
 
-    return verify_math(response, spec.gold)
+    def __init__(self, config: MathVerifyConfig) -> None:
+        self.config = config
+        self._pool: MathVerifierPool | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
+        with self._lock:
+            if self._pool is None:
+                from svc_reward.verifiers.math import MathVerifierPool
+
+                self._pool = MathVerifierPool(self.config)
+        return self._pool.verify(response, spec.gold)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
 
 
 def _logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
@@ -46,11 +66,11 @@ def _logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
     return verify_puzzle(json.loads(spec.spec_json), response)
 
 
-def code_scorer(sandbox: SandboxClient) -> Scorer:
+def code_scorer(sandbox: SandboxClient, config: CodeRewardConfig) -> Scorer:
     """stdin/stdout tests run in svc_sandbox over gRPC; spec_json: {"tests": [...], "language": ...}."""
     from svc_reward.verifiers.code import CodeVerifier, TestCase
 
-    verifier = CodeVerifier(sandbox)
+    verifier = CodeVerifier(sandbox, config)
 
     def score(response: str, spec: events.VerifierSpec) -> ScoreResult:
         data = json.loads(spec.spec_json)
@@ -63,8 +83,10 @@ def code_scorer(sandbox: SandboxClient) -> Scorer:
 def swe_scorer(sandbox: SandboxClient) -> Scorer:
     """The patch in the answer, applied and tested by svc_sandbox's RunTests, graded here.
 
-    spec_json: {"repo_tar": base64 tar (svc_sandbox.swe.snapshot_tar), "fail_to_pass": [...],
-    "pass_to_pass": [...], "test_command": "...", "limits": {...}}; all but the first two optional.
+    The repository snapshot (svc_sandbox.swe.snapshot_tar) is the spec's payload_uri in the task
+    store (m1flow.source.swe_verifier_spec writes it), or, in prompts written before the store,
+    base64 in spec_json's "repo_tar". spec_json: {"fail_to_pass": [...], "pass_to_pass": [...],
+    "test_command": "...", "limits": {...}}; all but fail_to_pass optional.
     """
     from svc_reward.verifiers.swe import SweTask, SweVerifier
 
@@ -72,7 +94,8 @@ def swe_scorer(sandbox: SandboxClient) -> Scorer:
 
     def score(response: str, spec: events.VerifierSpec) -> ScoreResult:
         data = json.loads(spec.spec_json)
-        task = SweTask.model_validate({**data, "repo_tar": base64.b64decode(data["repo_tar"])})
+        repo_tar = read_payload(spec.payload_uri) if spec.payload_uri else base64.b64decode(data["repo_tar"])
+        task = SweTask.model_validate({**data, "repo_tar": repo_tar})
         return verifier.verify(response, task)
 
     return score
@@ -141,19 +164,29 @@ class GenRMKind:
 
 
 class ScorerRegistry:
-    def __init__(self, sandbox_address: str = "", genrm: GenRMKind | None = None) -> None:
+    def __init__(self, sandbox_address: str = "", genrm: GenRMKind | None = None,
+                 math: MathVerifyConfig | None = None, code: CodeRewardConfig | None = None) -> None:
         self.sandbox_address = sandbox_address
         self.genrm = genrm
-        self._scorers: dict[str, Scorer] = {"arith": _arith, "math": _math, "logic": _logic}
+        self.math = MathKind(math or MathVerifyConfig())
+        self._scorers: dict[str, Scorer] = {"arith": _arith, "math": self.math, "logic": _logic}
         self._group_scorers: dict[str, GroupScorer] = {}
         if sandbox_address:
             from svc_sandbox.client import SandboxClient
 
             sandbox = SandboxClient(sandbox_address)
-            self._scorers["code"] = code_scorer(sandbox)
+            self._scorers["code"] = code_scorer(sandbox, code or CodeRewardConfig())
             self._scorers["swe"] = swe_scorer(sandbox)
         if genrm is not None:
             self._group_scorers["genrm"] = genrm.score_group
+
+    @classmethod
+    def from_config(cls, cfg: RewardConfig) -> ScorerRegistry:
+        return cls(cfg.sandbox_address, GenRMKind.from_config(cfg), cfg.math, cfg.code)
+
+    def close(self) -> None:
+        """Stop the worker processes this registry started."""
+        self.math.close()
 
     def register(self, kind: str, scorer: Scorer) -> None:
         self._scorers[kind] = scorer

@@ -96,7 +96,7 @@ class GroupHandler:
             self._submit(group)
 
     def _submit(self, group: PendingGroup) -> None:
-        self.running[self.pool.submit(score_group, group, self.registry, self.cfg)] = group
+        self.running[self.pool.submit(score_group, group, self.registry)] = group
 
     def tick(self, ctx: Context) -> None:
         if self.control is not None:
@@ -110,7 +110,7 @@ class GroupHandler:
             scored = future.result()
             ctx.emit(SCORED, scored.group_id, scored)
             ctx.release(group.records)
-            GROUPS.labels("dropped" if scored.dropped else "kept").inc()
+            GROUPS.labels("incomplete" if scored.incomplete else "complete").inc()
 
     def drain(self, ctx: Context) -> None:
         """Finish the scoring already started (shutdown); groups still collecting are handed back."""
@@ -131,13 +131,16 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
 
 
 class RewardService(Service):
+    """Groups from `rollouts` scored into `scored`, the Score RPC, and (live runs only) `control`
+    recalibrations of the GenRM judge."""
+
     name = "reward"
     Config = RewardConfig
+    config: RewardConfig
 
     def __init__(self, config: RewardConfig) -> None:
         super().__init__(config)
-        self.config: RewardConfig = config
-        self.registry = ScorerRegistry(config.sandbox_address, GenRMKind.from_config(config))
+        self.registry = ScorerRegistry.from_config(config)
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_RewardServiceServicer_to_server(RewardGrpc(self.registry), server)
@@ -155,5 +158,6 @@ class RewardService(Service):
     def shutdown(self) -> None:
         self.handler.drain(self.stream.ctx)
         self.stream.close()
+        self.registry.close()
         if self.handler.control is not None:
             self.handler.control.close()

@@ -8,16 +8,21 @@ replica stops admitting prompts while that exceeds `max_ahead_versions` full ste
 the learner can already take, and reads the lags of both consumer groups from Kafka, so every
 replica sees the same backlog whatever the replica count.
 
-It cannot deadlock: it only pauses while at least one whole learner batch is already waiting
-downstream, so the learner can step, the backlog falls, and sampling resumes. (That relies on the
-learner committing a batch's offsets once it has trained on it, which it does, and on counting
-every scored group it consumes towards its batch or committing it when it skips it.)
+It cannot deadlock: it only pauses while at least one whole learner step's worth of records is
+already waiting downstream, so the learner can step, the backlog falls, and sampling resumes. A
+step's worth is what the learner consumed per step lately (its trained groups plus those it skipped
+as having nothing to teach or as duplicates, from the stats it announces on `policy`), never less
+than its `batch_groups`: skipped groups stay in the learner's lag until the next step commits, so
+counting only trainable ones would pause with too few trainable groups waiting. Should the skip rate
+jump, the learner's idle flush (`batch_timeout_s`, once its input is idle and caught up, which a
+paused rollout service makes it) still trains what it holds, commits, and unblocks sampling.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
+from collections.abc import Mapping
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
@@ -25,6 +30,7 @@ from kafka.errors import KafkaError
 from m1flow.bus.topics import ROLLOUTS, SCORED
 
 log = logging.getLogger(__name__)
+STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average
 
 
 class Backlog:
@@ -66,7 +72,15 @@ class Backpressure:
         self.group_size = group_size
         self.refresh_s = refresh_s
         self.downstream = 0.0  # groups waiting for the reward service or the learner
+        self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
         self._read_at = -float("inf")
+
+    def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
+        """A `policy` announcement: the learner's batch, and what its last step consumed."""
+        consumed = stats.get("groups", 0.0) + stats.get("groups_skipped", 0.0)
+        self.consumed_per_step = consumed if self.consumed_per_step is None else (
+            (1 - STEP_SMOOTHING) * self.consumed_per_step + STEP_SMOOTHING * consumed)
+        self.batch_groups = max(batch_groups, math.ceil(self.consumed_per_step))
 
     def produced(self, groups: int = 1) -> None:
         """Groups this replica just published: counted downstream until the next reading includes them."""

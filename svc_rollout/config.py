@@ -31,5 +31,7 @@ class RolloutConfig(ServiceConfig):
     reward_group: str = Field("m1flow-reward", description="consumer group of the reward service (its lag counts)")
     learner_group: str = Field("m1flow-learner", description="consumer group of the learner (its lag counts)")
     policy_retry_s: float = Field(5.0, description="retry a policy that failed to load after this long")
+    pinned_policy: str = Field("", description="replay: sample with this checkpoint URI only, not `policy`'s")
+    pinned_policy_version: int = Field(0, ge=0, description="the version of pinned_policy (stamped on rollouts)")
     torch_threads: int = 1
     vllm: VllmSettings = Field(default_factory=VllmSettings)

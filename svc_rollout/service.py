@@ -94,9 +94,12 @@ class RolloutService(Service):
     def start(self) -> None:
         cfg = self.config
         self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch")
-        replaying = cfg.stop_offsets is not None or bool(cfg.output_suffix)
+        replaying = cfg.stop_offsets is not None or bool(cfg.output_suffix) or bool(cfg.pinned_policy)
         backlog = None if replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
+        if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
+            self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
+                                                      checkpoint_uri=cfg.pinned_policy))
         self._catch_up()
         waited = time.monotonic()
         while self.engine.version < 0 and not self.stop.is_set():
@@ -125,9 +128,10 @@ class RolloutService(Service):
         once nothing is in flight."""
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
-                self.policy.announce(msg)
                 if msg.batch_groups:
-                    self.backpressure.batch_groups = msg.batch_groups
+                    self.backpressure.learner_step(msg.batch_groups, msg.stats)
+                if not self.config.pinned_policy:
+                    self.policy.announce(msg)
             elif msg.HasField("set_window"):
                 self.window = msg.set_window.max_new_tokens
                 log.info("output window set to %s (new requests)", self.window)

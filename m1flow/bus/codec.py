@@ -22,7 +22,7 @@ from m1flow.contracts import events
 
 MAGIC = b"MF"
 LEGACY_MAGIC = b"M1"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _FRAME = struct.Struct(">2sHII")
 _LEGACY_FRAME = struct.Struct(">2sH")
 

@@ -23,5 +23,9 @@ class SeenIds:
             self._ids.popitem(last=False)
         return False
 
+    def forget(self, message_id: str) -> None:
+        """Unrecord an id whose message was not processed (dead-lettered), so a good copy still is."""
+        self._ids.pop(message_id, None)
+
     def __contains__(self, message_id: str) -> bool:
         return message_id in self._ids

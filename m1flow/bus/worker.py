@@ -16,13 +16,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from google.protobuf.message import Message
-from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient
 from kafka.admin import MemberToRemove
-from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from m1flow.bus import codec
+from m1flow.bus.clients import TP, Client, ClientError, Settings, consumer
 from m1flow.bus.dedupe import SeenIds
 from m1flow.bus.liveness import Health, Liveness, LivenessConfig
 from m1flow.bus.offsets import OffsetTracker
@@ -76,6 +74,10 @@ class Context:
     def dead_letter(self, record: Record, error: str) -> None:
         self._worker.dead_letter(record, error)
 
+    def lag(self) -> int:
+        """Records between this consumer's position and the end of its input (see StreamWorker.lag)."""
+        return self._worker.lag()
+
 
 class Handler(Protocol):
     """topics: what to consume. A handler may set `dead_letter_errors` to the exception types that
@@ -101,24 +103,6 @@ class HandlerBase:
         pass
 
 
-class _Rebalance(ConsumerRebalanceListener):
-    """Records assignment changes; the worker applies them in its own thread right after poll().
-
-    kafka-python runs these callbacks on its IO loop, the thread that also heartbeats: touching the
-    handler's state there would race with the loop, and anything slow there stalls the group.
-    """
-
-    def __init__(self, worker: "StreamWorker") -> None:
-        self.worker = worker
-
-    def on_partitions_revoked(self, revoked):  # noqa: ANN001 - kafka-python signature
-        self.worker._events.append(("revoked", {(tp.topic, tp.partition) for tp in revoked}))
-        self.worker.liveness.revoked()
-
-    def on_partitions_assigned(self, assigned):  # noqa: ANN001
-        self.worker._events.append(("assigned", {(tp.topic, tp.partition) for tp in assigned}))
-
-
 class StreamWorker:
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
                  producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
@@ -126,7 +110,7 @@ class StreamWorker:
                  start_offsets: dict[str, int] | None = None,
                  stop_offsets: dict[str, int] | None = None, output_suffix: str = "",
                  static_member: bool = True, liveness: LivenessConfig | None = None,
-                 on_health: Callable[[Health], None] = lambda h: None) -> None:
+                 on_health: Callable[[Health], None] = lambda h: None, client: Client = "confluent-kafka") -> None:
         """start_offsets: None to join the group and resume from its commits; a dict
         ("topic/partition" -> offset, missing ones from the beginning) to own every partition and
         resume from positions the caller stored itself (the learner keeps them in its checkpoint).
@@ -135,7 +119,8 @@ class StreamWorker:
         static_member: join with group.instance.id = client id (KIP-345), so a replica restarted
         after a crash takes its partitions back at once instead of after the session timeout, and
         the rest of the group never stops for it.
-        on_health: called whenever the liveness watchdog changes its verdict (see liveness.py)."""
+        on_health: called whenever the liveness watchdog changes its verdict (see liveness.py).
+        client: which Kafka client consumes (m1flow/bus/clients.py)."""
         self.bootstrap = bootstrap
         self.stop_offsets = stop_offsets
         self.group_id = group_id
@@ -152,26 +137,25 @@ class StreamWorker:
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
         self.static_member = static_member and start_offsets is None
         self.liveness = Liveness(bootstrap, group_id, liveness or LivenessConfig(), on_health,
+                                 member=self.client_id if self.static_member else None,
                                  assigned_mode=start_offsets is not None)
         self._events: deque[tuple[str, set[tuple[str, int]]]] = deque()
-        self._backlog: dict[TopicPartition, deque] = {}
-        self._at_stop: set[TopicPartition] = set()
+        self._backlog: dict[TP, deque] = {}
+        self._at_stop: set[TP] = set()
         self._throttled = False
         # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
         # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
-        # the library's default, is how long a wedged member could stop its whole group.
-        self.consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=group_id, client_id=self.client_id,
+        # the libraries' default, is how long a wedged member could stop its whole group.
+        self.consumer = consumer(client, Settings(
+            bootstrap=bootstrap, group_id=group_id, client_id=self.client_id,
             group_instance_id=self.client_id if self.static_member else None,
-            partition_assignment_strategy=(CooperativeStickyAssignor,),
-            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.poll_records,
-            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=120_000, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
-            max_partition_fetch_bytes=4 * 1024 * 1024, receive_message_max_bytes=64 * 1024 * 1024)
+            session_timeout_ms=session_timeout_ms, max_poll_interval_ms=120_000,
+            max_poll_records=self.poll_records))
         for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
             self.consumer.partitions_for_topic(topic.name)
         if start_offsets is None:
-            self.consumer.subscribe([t.name for t in handler.topics], listener=_Rebalance(self))
+            self.consumer.subscribe([t.name for t in handler.topics], on_assigned=self._assigned_event,
+                                    on_revoked=self._revoked_event)
         else:
             self._assign(start_offsets)
         self.ctx = Context(self)
@@ -181,22 +165,24 @@ class StreamWorker:
             self.liveness.mark_ready()
 
     def _assign(self, start_offsets: dict[str, int]) -> None:
-        parts = [TopicPartition(t.name, p) for t in self.handler.topics for p in
+        parts = [(t.name, p) for t in self.handler.topics for p in
                  sorted(self.consumer.partitions_for_topic(t.name) or range(t.partitions))]
-        self.consumer.assign(parts)
-        for tp in parts:
-            offset = start_offsets.get(f"{tp.topic}/{tp.partition}")
-            if offset is None:
-                self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek(tp, offset)
-        self.liveness.assigned({(tp.topic, tp.partition) for tp in parts})
+        self.consumer.assign({tp: start_offsets.get(f"{tp[0]}/{tp[1]}") for tp in parts})
+        self.liveness.assigned(set(parts))
         if start_offsets:  # the group's commits then say where this consumer really resumes
             try:
-                self.consumer.commit({TopicPartition(*key.rsplit("/", 1)[:1], int(key.rsplit("/", 1)[1])):
-                                      OffsetAndMetadata(off, "", -1) for key, off in start_offsets.items()})
-            except KafkaError as exc:
+                self.consumer.commit({(key.rsplit("/", 1)[0], int(key.rsplit("/", 1)[1])): off
+                                      for key, off in start_offsets.items()})
+            except ClientError as exc:
                 log.warning("could not record the start offsets as the group's commits: %s", exc)
+
+    def _assigned_event(self, partitions: set[TP]) -> None:
+        """Runs inside poll(), on the client's thread: record it; the loop applies it."""
+        self._events.append(("assigned", partitions))
+
+    def _revoked_event(self, partitions: set[TP]) -> None:
+        self._events.append(("revoked", partitions))
+        self.liveness.revoked(partitions)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -215,6 +201,7 @@ class StreamWorker:
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         self.liveness.handled(count)
+        self.liveness.owns(self.consumer.assignment())
         self.liveness.stepped(self.tracker.read_positions())
         return count
 
@@ -235,13 +222,9 @@ class StreamWorker:
         assigned = self.consumer.assignment()
         busy = {tp for tp, q in self._backlog.items() if q}
         hold = assigned if self._throttled else (busy | self._at_stop) & assigned
-        if hold:
-            self.consumer.pause(*hold)
-        free = [tp for tp in assigned - hold if tp in self.consumer.paused()]
-        if free:
-            self.consumer.resume(*free)
+        self.consumer.pause(hold)
+        self.consumer.resume((assigned - hold) & self.consumer.paused())
         batches = self.consumer.poll(timeout_ms=0 if busy else self.poll_ms, max_records=self.poll_records)
-        _unstick_parked_fetches(self.consumer)
         self._apply_rebalance()
         if not batches and not assigned:
             time.sleep(self.poll_ms / 1000)  # poll returns at once without partitions: don't spin
@@ -250,7 +233,7 @@ class StreamWorker:
             if tp not in owned:  # revoked during this very poll
                 continue
             queue = self._backlog.setdefault(tp, deque())
-            end = self._stop_at(tp.topic, tp.partition)
+            end = self._stop_at(*tp)
             for raw in raw_records:
                 if raw.offset >= end:
                     self._at_stop.add(tp)
@@ -268,7 +251,7 @@ class StreamWorker:
             queue = self._backlog.pop(tp)
             raw = queue.popleft()
             self._backlog[tp] = queue
-            self._process(Record(tp.topic, tp.partition, raw.offset, raw.key, raw.value, raw.timestamp))
+            self._process(Record(tp[0], tp[1], raw.offset, raw.key, raw.value, raw.timestamp))
             count += 1
         return count
 
@@ -279,12 +262,25 @@ class StreamWorker:
             if kind == "revoked":
                 self._on_revoked(partitions)
             else:
-                self.liveness.assigned(set(self._owned()))
+                owned = self.consumer.assignment()
+                self.liveness.assigned(owned)
                 self.liveness.mark_ready()
-                log.info("assigned %s", sorted(f"{t}/{p}" for t, p in partitions))
+                # cooperative rebalancing reports what was added (often nothing): log what it owns too
+                log.info("assigned %s, owns %s", sorted(f"{t}/{p}" for t, p in partitions),
+                         sorted(f"{t}/{p}" for t, p in owned))
 
-    def _owned(self) -> set[tuple[str, int]]:
-        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+    def lag(self) -> int:
+        """Records left to handle on the owned partitions, up to their end (replay: their stop
+        offsets): the ones not yet read and the ones read into the backlog but not yet handled.
+
+        Asks the broker for the end offsets (ClientError when it cannot be reached); 0: caught up.
+        """
+        parts = self.consumer.assignment()
+        if not parts:
+            return 0
+        ends = self.consumer.end_offsets(parts)
+        unread = sum(max(0, min(ends[tp], self._stop_at(*tp)) - self.consumer.position(tp)) for tp in parts)
+        return unread + sum(len(q) for q in self._backlog.values())
 
     def _stop_at(self, topic: str, partition: int) -> float:
         if self.stop_offsets is None:
@@ -298,7 +294,7 @@ class StreamWorker:
             return False
         for key, end in self.stop_offsets.items():
             topic, part = key.rsplit("/", 1)
-            if end > 0 and self.consumer.position(TopicPartition(topic, int(part))) < end:
+            if end > 0 and self.consumer.position((topic, int(part))) < end:
                 return False
         return True
 
@@ -310,7 +306,8 @@ class StreamWorker:
             self.dead_letter(record, f"undecodable: {exc}")
             return
         message_id = message.header.message_id if message.HasField("header") else ""
-        if self.seen.seen(f"{record.topic}:{message_id}" if message_id else ""):
+        seen_key = f"{record.topic}:{message_id}" if message_id else ""
+        if self.seen.seen(seen_key):
             self.stats["duplicates"] += 1
             self.tracker.done(record.topic, record.partition, record.offset)
             return
@@ -319,6 +316,7 @@ class StreamWorker:
             self.stats["handled"] += 1
         except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
             log.warning("handler failed on %s: %s", record.position, exc)
+            self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
             self.ctx.drop_hold(record)
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
             return
@@ -346,11 +344,10 @@ class StreamWorker:
         if not offsets:
             return
         try:
-            self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(off, "", -1)
-                                  for (t, p), off in offsets.items()})
+            self.consumer.commit(offsets)
             self._last_committed.update(offsets)
             self.stats["commits"] += 1
-        except KafkaError as exc:  # broker away or group rebalancing: a later cycle commits
+        except ClientError as exc:  # broker away or group rebalancing: a later cycle commits
             log.warning("commit failed, will retry: %s", exc)
 
     def _on_revoked(self, partitions: set[tuple[str, int]]) -> None:
@@ -363,7 +360,7 @@ class StreamWorker:
         self.tracker.forget(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
-            self._backlog.pop(TopicPartition(*tp), None)
+            self._backlog.pop(tp, None)
 
     def close(self) -> None:
         """Flush outputs, commit what may be committed, and hand the partitions back at once.
@@ -376,7 +373,7 @@ class StreamWorker:
         try:
             self.flush_and_commit()
         finally:
-            self.consumer.close(autocommit=False)
+            self.consumer.close()
             self.producer.close()
             if self.static_member:
                 _leave_static(self.bootstrap, self.group_id, self.client_id)
@@ -393,19 +390,3 @@ def _leave_static(bootstrap: str, group_id: str, instance_id: str) -> None:
     except Exception as exc:  # noqa: BLE001 - best effort: the session timeout frees them anyway
         log.warning("could not leave group %s as %s (its partitions move after the session timeout): %r",
                     group_id, instance_id, exc)
-
-
-def _unstick_parked_fetches(consumer: KafkaConsumer) -> None:
-    """Work around a kafka-python 3.0 fetcher bug that stops a partition for good.
-
-    Records fetched for a partition that is then paused are parked (KAFKA-7548) and restored on a
-    later poll only while the fetcher's in-line slot is None; but after it hands out the last
-    records of a batch the slot keeps the exhausted (falsy) batch object, so parked partitions are
-    never restored, and never fetched again either (a partition with parked data is not fetched).
-    Reproduced here: a consumer pausing busy partitions each step (as _fill_backlog does) stalled
-    on 2 of 4 partitions within 3000 records. Emptying the slot lets the restore run.
-    """
-    fetcher = getattr(consumer, "_fetcher", None)
-    current = getattr(fetcher, "_next_partition_records", None)
-    if current is not None and not current:
-        fetcher._next_partition_records = None

@@ -94,11 +94,12 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     offset = state.offsets.get("scored/0", 0) if state else 0
     applied_set = set(applied)
     behind = {gid: value for off, gid, value in scored_at if off < offset}
-    lost = [gid for gid, value in behind.items() if gid not in applied_set and not value.get("dropped")]
+    skipped = {gid for step in (state.skipped_groups if state else []) for gid in step}
+    lost = [gid for gid in behind if gid not in applied_set and gid not in skipped]
     pending = {gid for off, gid, _ in scored_at if off >= offset} - applied_set - set(behind)
     report.add("nothing the learner consumed was lost", not lost,
                f"checkpoint at scored/0@{offset}: {len(behind)} groups behind it, {len(lost)} neither applied "
-               f"nor dropped; {len(pending)} groups after it (a partial batch holds < {batch_groups})")
+               f"nor skipped; {len(pending)} groups after it (a partial batch holds < {batch_groups})")
 
     versions = [int(r["value"].get("version", 0)) for r in read_range(bootstrap, "policy") if "value" in r]
     backwards = [(a, b) for a, b in zip(versions, versions[1:]) if b < a]

@@ -1,7 +1,9 @@
 """Typed service configuration from defaults, a file, the environment and flags (in that order).
 
 Every knob has a default that works on a 2-core machine; `--config file.yaml`, `M1FLOW_<FIELD>`
-environment variables and `--field value` flags override it, later sources winning.
+environment variables and `--field value` flags override it, later sources winning. Components'
+settings nest under their service's (`algorithm:` and `train:` of the learner, `math:`, `code:` and
+`genrm:` of the reward service): a YAML file sets them as nested keys, a flag or variable as JSON.
 """
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from m1flow.bus.liveness import LivenessConfig
+from m1flow.bus.topics import TopicLayout
+from m1flow.runtime.replica import container_replica
 
 T = TypeVar("T", bound="ServiceConfig")
 
@@ -24,7 +28,8 @@ class ServiceConfig(BaseModel):
     run_id: str = Field("local", description="Run id stamped on every event's trace")
     run_dir: Path = Field(Path("run"), description="Where checkpoints, readiness files and logs go")
     group_id: str = Field("", description="Consumer group; default m1flow-<service>")
-    replica: int = Field(0, description="Replica index, for logs and readiness files")
+    replica: int = Field(0, description="Replica index, for logs, client ids and readiness files; "
+                                        "'auto': from the container's name (docker compose --scale)")
     ready_dir: Path | None = Field(None, description="where the readiness file goes; default run_dir/ready")
     grpc_host: str = Field("127.0.0.1", description="address gRPC binds (0.0.0.0 in containers)")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
@@ -34,10 +39,21 @@ class ServiceConfig(BaseModel):
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")
     stop_offsets: dict[str, int] | None = Field(
         None, description="replay: stop at these offsets ('topic/partition' -> end) and exit")
+    kafka_client: Literal["kafka-python", "confluent-kafka"] = Field(
+        "confluent-kafka", description="the client consumers use (m1flow/bus/clients.py says why two)")
     liveness: LivenessConfig = Field(default_factory=LivenessConfig,
                                      description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"
     log_json: bool = True
+    exit_unhealthy_after_s: float = Field(0.0, ge=0, description="exit, for the container engine to restart it, "
+                                          "after this long unhealthy having been healthy; 0: never")
+    topics: TopicLayout = Field(default_factory=TopicLayout,
+                                description="partitions per topic and replication factor of the topics it creates")
+
+    @field_validator("replica", mode="before")
+    @classmethod
+    def _replica(cls, value: Any) -> Any:
+        return container_replica() if value == "auto" else value
 
     @classmethod
     def load(cls: type[T], argv: list[str] | None = None, env: dict[str, str] | None = None) -> T:
@@ -55,11 +71,19 @@ class ServiceConfig(BaseModel):
         for name in cls.model_fields:
             env_value = env.get(f"M1FLOW_{name.upper()}")
             if env_value is not None:
-                values[name] = _parse(env_value)
+                values[name] = _merge(values.get(name), _parse(env_value))
             flag = getattr(args, name)
             if flag is not None:
-                values[name] = _parse(flag)
+                values[name] = _merge(values.get(name), _parse(flag))
         return cls.model_validate(values)
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """A nested block given as JSON (`--algorithm '{"policy_loss": "dapo"}'`) changes only the keys it
+    names; the file's other keys in that block stay."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
 
 
 def _parse(text: str) -> Any:

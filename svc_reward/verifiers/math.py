@@ -132,7 +132,7 @@ class MathVerifierPool:
             try:
                 answered = worker.ask(*job, deadline)
                 if answered is None:
-                    return ScoreResult.failed(Status.TIMEOUT, f"math-verify over {deadline:.1f}s")
+                    return ScoreResult.failed(Status.VERIFIER_TIMEOUT, f"math-verify over {deadline:.1f}s")
                 verdict, detail = answered
                 healthy = True
             except (EOFError, OSError, ValueError) as err:

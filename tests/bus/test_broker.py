@@ -68,3 +68,29 @@ def test_a_taken_port_moves_the_broker_and_keeps_its_data(tmp_path):
     finally:
         blocker.close()
         broker.stop()
+
+
+@pytest.fixture
+def busy_cpus():
+    """Busy loops on more processes than there are cores: a newcomer's loaded machine."""
+    import os
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 2))]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+def test_the_broker_starts_and_stops_cleanly_on_a_starved_machine(tmp_path, busy_cpus):
+    broker = Broker(tmp_path)
+    try:
+        bootstrap = broker.start()
+        ensure_topics(bootstrap)
+        assert broker.running()
+    finally:
+        broker.stop()
+    pid = broker.state().pid
+    assert not java_children_of(pid)

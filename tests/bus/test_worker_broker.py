@@ -1,7 +1,10 @@
-"""StreamWorker over the session's real broker: held records stay uncommitted until released."""
+"""StreamWorker over the session's real broker, with each Kafka client it can drive: held records
+stay uncommitted until released, partitions are served in turn, health follows the assignment."""
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from m1flow.bus import HandlerBase, Producer, StreamWorker, codec
 from m1flow.bus.admin import group_lag
@@ -24,31 +27,39 @@ class Holder(HandlerBase):
 
 
 
+@pytest.fixture(params=["kafka-python", "confluent-kafka"])
+def client(request) -> str:  # noqa: ANN001
+    return request.param
+
+
 def committed(bootstrap: str, group: str) -> int:
     return sum(c for (_, _), (c, _) in group_lag(bootstrap, group).items())
 
 
-def test_commit_waits_for_held_records_and_dedupes(bootstrap):
+def test_commit_waits_for_held_records_and_dedupes(bootstrap, client):
+
+    topic = fresh_topic(bootstrap, f"control.hold-{client}", partitions=1)
     producer = Producer(bootstrap, "t")
-    base = 0  # the session broker's `control` topic is this test's alone
+    base = 0
     msgs = [events.Control(header=codec.header("t", message_id=f"m{i}"), reason=r)
             for i, r in enumerate(["a", "hold-b", "c"])]
     for m in msgs + [msgs[0]]:  # the last one is a redelivery of the first
-        producer.send(CONTROL, "k", m)
+        producer.send(topic, "k", m)
     producer.flush()
     handler = Holder()
-    worker = StreamWorker(bootstrap, "test-holder", handler, "test")
+    handler.topics = (topic,)
+    worker = StreamWorker(bootstrap, f"test-holder-{client}", handler, "test", client=client)
     try:
         deadline = time.monotonic() + 30
         while len(handler.seen) < 3 and time.monotonic() < deadline:
             worker.step()
         assert handler.seen == ["a", "hold-b", "c"]  # the duplicate was dropped
         worker.step()
-        start = committed(bootstrap, "test-holder")
+        start = committed(bootstrap, f"test-holder-{client}")
         assert start == base + 1  # stuck below the held record at offset 1
         worker.ctx.release(handler.held)
         worker.step()
-        assert committed(bootstrap, "test-holder") == base + 4
+        assert committed(bootstrap, f"test-holder-{client}") == base + 4
     finally:
         worker.close()
 
@@ -81,17 +92,17 @@ def fresh_topic(bootstrap: str, name: str, partitions: int = 4):
     return spec
 
 
-def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap):
+def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap, client):
     """kafka-python hands out one partition's fetched records until they run out; the worker's
     per-partition backlog makes a consumer that takes one record per step go round the partitions."""
-    topic = fresh_topic(bootstrap, "control.fair")
+    topic = fresh_topic(bootstrap, f"control.fair-{client}")
     producer = Producer(bootstrap, "t-fair")
     for p in range(4):
         for i in range(30):
             producer.send(topic, f"k{p}", events.Control(header=codec.header("t"), reason=f"{p}-{i}"), partition=p)
     producer.flush()
     handler = Slow((topic,))
-    worker = StreamWorker(bootstrap, "test-fair", handler, "test", max_records=1)
+    worker = StreamWorker(bootstrap, f"test-fair-{client}", handler, "test", max_records=1, client=client)
     try:
         deadline = time.monotonic() + 60
         while len(handler.partitions) < 40 and time.monotonic() < deadline:
@@ -107,18 +118,27 @@ def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap):
         worker.close()
 
 
-def test_one_record_per_step_reads_every_record_of_every_partition(bootstrap):
+class Count(HandlerBase):
+    def __init__(self, topics) -> None:  # noqa: ANN001
+        self.topics = topics
+        self.partitions: list[int] = []
+
+    def handle(self, message, record, ctx):  # noqa: ANN001
+        self.partitions.append(record.partition)
+
+
+def test_one_record_per_step_reads_every_record_of_every_partition(bootstrap, client):
     """kafka-python 3.0 parks fetched records of a partition paused mid-batch and, after the last
     batch it hands out, never restores them: the worker (which pauses busy partitions every step)
-    used to stop for good on some partitions a few hundred records in (m1flow.bus.worker)."""
-    topic = fresh_topic(bootstrap, "control.tail")
+    used to stop for good on some partitions a few hundred records in (found by engineer E)."""
+    topic = fresh_topic(bootstrap, f"control.tail-{client}")
     producer = Producer(bootstrap, "t-tail")
     for p in range(4):
         for i in range(400):
             producer.send(topic, f"k{p}", events.Control(header=codec.header("t"), reason=f"{p}-{i}"), partition=p)
     producer.flush()
-    handler = Slow((topic,))
-    worker = StreamWorker(bootstrap, "test-tail", handler, "test", max_records=1)
+    handler = Count((topic,))
+    worker = StreamWorker(bootstrap, f"test-tail-{client}", handler, "test", max_records=1, client=client)
     try:
         deadline, last, progress_at = time.monotonic() + 240, 0, time.monotonic()
         while len(handler.partitions) < 1600 and time.monotonic() < deadline and time.monotonic() - progress_at < 20:
@@ -130,16 +150,16 @@ def test_one_record_per_step_reads_every_record_of_every_partition(bootstrap):
         worker.close()
 
 
-def test_health_turns_serving_on_assignment_and_unhealthy_when_a_step_never_returns(bootstrap):
+def test_health_turns_serving_on_assignment_and_unhealthy_when_a_step_never_returns(bootstrap, client):
     from m1flow.bus.liveness import LivenessConfig
 
-    topic = fresh_topic(bootstrap, "control.stuck", partitions=1)
+    topic = fresh_topic(bootstrap, f"control.stuck-{client}", partitions=1)
     producer = Producer(bootstrap, "t-stuck")
     producer.send(topic, "k", events.Control(header=codec.header("t"), reason="block"))
     producer.flush()
     verdicts = []
     handler = Slow((topic,))
-    worker = StreamWorker(bootstrap, "test-stuck", handler, "test", on_health=verdicts.append,
+    worker = StreamWorker(bootstrap, f"test-stuck-{client}", handler, "test", on_health=verdicts.append, client=client,
                           liveness=LivenessConfig(check_every_s=0.5, stall_after_s=3, join_after_s=30))
     import threading
 

@@ -34,5 +34,5 @@ def content(scored: dict) -> dict:
     return {k: v for k, v in scored.items() if k != "header"}
 
 
-def policy_versions(bootstrap: str) -> list[int]:
-    return [int(r["value"].get("version", 0)) for r in records(bootstrap, "policy")]
+def policy_versions(bootstrap: str, topic: str = "policy") -> list[int]:
+    return [int(r["value"].get("version", 0)) for r in records(bootstrap, topic)]

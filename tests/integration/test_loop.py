@@ -11,6 +11,8 @@ from m1flow.contracts import events
 from m1flow.source import publish
 from m1flow.stack import Stack
 from m1flow.tasks.arith import problems
+from m1flow.rl.config import AlgorithmConfig
+from m1flow.status import Status
 from m1flow.topics_io import read_range
 from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
@@ -19,10 +21,16 @@ from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
 
 N_PROMPTS, GROUP, BATCH = 16, 4, 4
+ALL_GROUPS = '{"dynamic_sampling": false}'
 
 
 def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
-    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH)]})
+    # every group takes a place in a batch (no dynamic sampling), so 16 groups make 4 steps whatever
+    # the rewards; refilling batches with trainable groups is tested in test_learner_selection.py.
+    # The rollout service runs at most one learner batch ahead (backpressure by versions), so later
+    # rollouts carry reloaded versions however fast or slow each service runs.
+    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH), "--algorithm", ALL_GROUPS],
+                                          "rollout": ["--max-ahead-versions", "0"]})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
         ids = publish(Producer(stack.bootstrap, "test"), problems(seed=3, n=N_PROMPTS, max_operand=20), GROUP)
@@ -47,8 +55,8 @@ def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
 
 
 def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
-    """One CISPO step on the policy's own samples, built through the learner's batching from
-    ScoredGroups: log-probs of A>0 samples rise, those of A<0 samples fall."""
+    """One CISPO step on the policy's own samples, selected (m1flow.rl) and built through the
+    learner's batching from a ScoredGroup: log-probs of A>0 samples rise, those of A<0 samples fall."""
     from m1flow.chat import prompt_ids
     from m1flow.checkpoint import load_model, load_tokenizer
     from m1flow.model import sample
@@ -59,11 +67,13 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     model, tok = load_model(policy, trainable=True), load_tokenizer(policy)
     prompt = prompt_ids(tok, "12+7=")
     completions = sample(model, prompt, n=8, max_new_tokens=8, eos_id=tok.eos_token_id, generator=generator(0))
-    group = events.ScoredGroup(group_id="g")
+    group = events.ScoredGroup(group_id="g", group_size=len(completions))
     for i, comp in enumerate(completions):
-        group.samples.add(rollout_id=str(i), prompt_token_ids=prompt, token_ids=comp.tokens,
-                          logprobs=comp.logprobs, advantage=1.0 if i % 2 == 0 else -1.0, status="ok")
-    batch = to_batch([group])
+        group.samples.add(rollout_id=str(i), index=i, prompt_token_ids=prompt, token_ids=comp.tokens,
+                          logprobs=comp.logprobs, reward=1.0 if i % 2 == 0 else 0.0, status=Status.OK)
+    selected = AlgorithmConfig().select(group, current_version=0)
+    assert [round(a, 3) for a in selected.advantages] == [1.0, -1.0] * 4  # GRPO on rewards 1, 0, 1, 0, ...
+    batch = to_batch([selected])
     scorer = SequenceLogprobs(model)
 
     def seq_logp() -> torch.Tensor:
@@ -72,7 +82,7 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
 
     before = seq_logp()
     cfg = LearnerConfig(lr=1e-4, minibatches=1)
-    train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, current_version=0)
+    train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
     delta = seq_logp() - before
     # identical completions can sit on both sides; judge each distinct completion by its net advantage
     net: dict[tuple, float] = {}

@@ -113,7 +113,9 @@ def test_replay_rescored_groups_equal_originals(reward_stack, tmp_path):
 
 
 def test_broker_outage_of_ten_seconds(tmp_path):
-    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", "4"]})
+    # no dynamic sampling: every group takes a place in a batch, so 16 groups are 4 steps
+    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", "4", "--algorithm",
+                                                      '{"dynamic_sampling": false}']})
     try:
         stack.start(services=("learner", "reward", "rollout"))
         producer = Producer(stack.bootstrap, "test-outage")

@@ -9,6 +9,7 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import CONTROL, ROLLOUTS
 from m1flow.contracts import events
+from m1flow.rl.advantages import advantages as advantages_of
 from m1flow.stack import Stack
 
 from tests.integration.helpers import records, scored_by_group, wait_for
@@ -74,7 +75,7 @@ def test_longer_answers_win_and_recalibration_removes_the_length_preference(boot
     for group, texts in groups.items():
         sample = scored[group][0]
         parts = genrm_parts(sample)
-        assert all(s["status"] == "ok" for s in sample["samples"]), sample
+        assert all(s["status"] == "STATUS_OK" for s in sample["samples"]), sample
         assert all(-1.0 <= p <= 1.0 for p in parts) and min(parts) == -1.0
         lengths = [len(t) for t in texts]
         longest, shortest = lengths.index(max(lengths)), lengths.index(min(lengths))
@@ -82,8 +83,9 @@ def test_longer_answers_win_and_recalibration_removes_the_length_preference(boot
         for i, j in itertools.product(range(4), repeat=2):
             if lengths[i] > lengths[j] + MARGIN:  # a clearly longer answer never scores below a shorter one
                 assert parts[i] >= parts[j]
-        advantages = [s.get("advantage", 0.0) for s in sorted(sample["samples"], key=lambda s: s.get("index", 0))]
-        assert advantages[longest] > 0 > advantages[shortest]  # the same group-relative path as other kinds
+        rewards = [s.get("reward", 0.0) for s in sorted(sample["samples"], key=lambda s: s.get("index", 0))]
+        advantages = advantages_of("grpo", rewards)  # what the learner makes of them, as for other kinds
+        assert advantages[longest] > 0 > advantages[shortest]
 
     recalibrate(producer)
     wait_for(lambda: metric(boot, "genrm/length_coef_after"), 60, "the recalibration metrics")

@@ -8,6 +8,8 @@ import pytest
 
 from m1flow.contracts import events, rpc
 from m1flow.launcher import launch
+from m1flow.source import swe_verifier_spec
+from m1flow.task_store import TaskStore
 from svc_reward.result import Status
 from svc_reward.scorers import ScorerRegistry
 from svc_sandbox.backends.jail import JailBackend
@@ -27,15 +29,21 @@ def sandbox(tmp_path_factory):
     proc.stop()
 
 
-def spec_for(repo_dir) -> events.VerifierSpec:
+def inline_spec(repo_dir) -> events.VerifierSpec:
+    """As prompts were written before the task store: the snapshot base64 in spec_json."""
     return events.VerifierSpec(kind="swe", spec_json=json.dumps({
         "repo_tar": base64.b64encode(snapshot_tar(repo_dir)).decode(), "fail_to_pass": F2P,
         "pass_to_pass": P2P, "limits": LIMITS.model_dump()}))
 
 
-def test_fixing_patch_earns_one_and_a_non_applying_patch_zero(sandbox, repo):  # noqa: F811
+@pytest.mark.parametrize("stored", [True, False], ids=["task-store", "inline"])
+def test_fixing_patch_earns_one_and_a_non_applying_patch_zero(sandbox, repo, tmp_path, stored):  # noqa: F811
     registry = ScorerRegistry(sandbox.grpc_address)
-    spec = spec_for(repo)
+    if stored:  # the snapshot crosses Kafka as a URI; the scorer reads and verifies the bytes
+        spec = swe_verifier_spec(TaskStore.in_run_dir(tmp_path), snapshot_tar(repo), F2P, P2P, limits=LIMITS.model_dump())
+        assert spec.payload_uri.startswith("file://") and "repo_tar" not in spec.spec_json
+    else:
+        spec = inline_spec(repo)
     patch = diff_after(repo, {"calc.py": fixed()})
     good = registry.score(f"Fixed add.\n```diff\n{patch}```", spec)
     assert (good.reward, good.correct, good.status) == (1.0, True, Status.OK), good.detail
@@ -67,5 +75,5 @@ def test_limits_cross_the_wire_whole_and_unset_ones_keep_the_swe_defaults():
 
 
 def test_sandbox_down_is_a_sandbox_error_not_reward_zero(repo):  # noqa: F811
-    result = ScorerRegistry("127.0.0.1:1").score("```diff\n--- a/x\n+++ b/x\n```", spec_for(repo))
+    result = ScorerRegistry("127.0.0.1:1").score("```diff\n--- a/x\n+++ b/x\n```", inline_spec(repo))
     assert result.status is Status.SANDBOX_ERROR and not result.usable

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from svc_learner.update import Batch, SequenceLogprobs
+from svc_learner.batching import Batch
+from svc_learner.update import SequenceLogprobs
 
 
 class TinyLM(nn.Module):
@@ -43,5 +44,4 @@ def make_batch(model: nn.Module, n: int = 8, prompt: int = 3, response: int = 6,
         advantages=advantages,
         policy_version=torch.zeros(n, dtype=torch.long),
         group_ids=torch.arange(n) // 2,
-        dropped=torch.zeros(n, dtype=torch.bool),
     )

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from svc_learner.logprobs import fused_head_loss, naive_token_logprobs, token_logprobs
-from svc_learner.objective import TokenObjective, policy_loss
+from m1flow.rl.objectives import LossSpec, TokenObjective, policy_loss
 
 
 def _inputs(n=3, t=37, d=16, v=50, dtype=torch.float32, seed=0):
@@ -84,9 +84,9 @@ def _policy_problem(n=41, seed=3):
     return hidden, weight, targets, old, adv, mask
 
 
-def _flat_objective(old, adv, mask, **kwargs):
+def _flat_objective(old, adv, mask, loss=LossSpec()):
     """The objective of one response whose tokens are the flat problem's, flattened back."""
-    objective = TokenObjective.build(old[None], adv[None], mask[None], **kwargs)
+    objective = TokenObjective.build(old[None], adv[None], mask[None], loss)
     return objective.select(torch.ones(1, len(old), dtype=torch.bool))
 
 
@@ -95,12 +95,12 @@ def _flat_objective(old, adv, mask, **kwargs):
 def test_fused_head_loss_equals_logprobs_then_policy_loss(algo, chunk):
     """Same loss, log-probs, entropy and gradients as the naive head followed by policy_loss."""
     hidden, weight, targets, old, adv, mask = _policy_problem()
-    flat = _flat_objective(old, adv, mask, algo=algo, norm="sample_token")
+    flat = _flat_objective(old, adv, mask, LossSpec(algo, norm="sample_token"))
     loss, logp, ent = fused_head_loss(hidden, weight, targets, flat.coefficients, chunk, return_entropy=True)
     gh, gw = torch.autograd.grad(loss, (hidden, weight))
 
     ref_logp = naive_token_logprobs(hidden, weight, targets)
-    ref_loss, stats = policy_loss(ref_logp[None], old[None], adv[None], mask[None], algo=algo, norm="sample_token")
+    ref_loss, stats = policy_loss(ref_logp[None], old[None], adv[None], mask[None], LossSpec(algo, norm="sample_token"))
     rh, rw = torch.autograd.grad(ref_loss, (hidden, weight))
     assert stats["clip_high_frac"] > 0  # the clip is exercised, so the coefficient depends on logp
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ from alembic.migration import MigrationContext
 
 from m1flow.bus import codec
 from m1flow.contracts import events
+from m1flow.status import Status
 from svc_monitor import adapters
 from svc_monitor.schema import AlertRow, Base, GroupRow, RolloutRow
 from svc_monitor.store import Batch, Store, schema_revision
@@ -18,7 +19,7 @@ def scored(gid: str, version: int, kind: str = "arith", genrm: bool = False) -> 
     group = events.ScoredGroup(header=codec.header("test"), group_id=gid, task_type=kind)
     for i, (reward, correct) in enumerate([(1.0, True), (0.0, False), (0.5, None)]):
         sample = group.samples.add(index=i, reward=reward, token_ids=[1] * (i + 2), policy_version=version,
-                                   status="ok")
+                                   status=Status.OK)
         if correct is not None:
             sample.correct = correct
         if genrm:

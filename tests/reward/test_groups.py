@@ -1,14 +1,13 @@
-"""Group scoring: format reward, soft overlong penalty, advantages, dynamic sampling, flags."""
+"""Group scoring: verdicts per sample and per group, and nothing of the algorithm (no shaping,
+advantages or dynamic sampling: those are the learner's, m1flow.rl)."""
 from __future__ import annotations
-
-import math
 
 from m1flow.bus import Record, codec
 from m1flow.contracts import events
+from m1flow.status import Status
 from svc_reward.config import RewardConfig
 from svc_reward.groups import GroupBuffer, score_group
 from svc_reward.scorers import ScorerRegistry
-from svc_reward.shaping import group_advantages, is_degenerate, overlong_penalty
 
 
 def rollout(group: str, i: int, size: int, text: str, tokens: int = 2,
@@ -23,39 +22,38 @@ def rec(offset: int) -> Record:
     return Record("rollouts", 0, offset, b"g", b"", 0)
 
 
-def test_overlong_penalty_is_soft_then_full():
-    assert overlong_penalty(6, 8, 2) == 0.0
-    assert overlong_penalty(7, 8, 2) == -0.5
-    assert overlong_penalty(8, 8, 2) == -1.0
-    assert overlong_penalty(9, 8, 0) == -1.0
-
-
-def test_advantages_are_group_normalised_and_skip_unusable():
-    adv = group_advantages([1.0, 0.0, 1.0, 0.0, 7.0], usable=[True, True, True, True, False])
-    assert math.isclose(sum(adv[:4]), 0.0, abs_tol=1e-9) and adv[4] == 0.0
-    assert all(math.isclose(abs(a), 1.0, rel_tol=1e-4) for a in adv[:4])
-    assert is_degenerate([0.1, 0.1, 0.1]) and not is_degenerate([0.1, 1.1])
-
-
-def test_score_group_adds_parts_and_flags_dropped_groups():
+def test_score_group_writes_verdicts_and_the_samples_unshaped():
     buffer = GroupBuffer()
-    cfg = RewardConfig()
     registry = ScorerRegistry()
     for i, text in enumerate(["5", "4", "five", "5"]):
         group, new = buffer.add(rollout("g", i, 4, text, tokens=8 if i == 3 else 2), rec(i))
         assert new
-    scored = score_group(group, registry, cfg)
-    rewards = [round(s.reward, 3) for s in scored.samples]
-    # correct+format; format only; format error (0); correct+format-overlong(8 of 8 tokens)
-    assert rewards == [1.1, 0.1, 0.0, 0.1]
-    assert scored.samples[2].status == "format_error" and not scored.dropped
+    scored = score_group(group, registry)
+    # the verifier's rewards as they are: no format reward, no overlong penalty (8 of 8 tokens)
+    assert [s.reward for s in scored.samples] == [1.0, 0.0, 0.0, 1.0]
+    assert [s.status for s in scored.samples] == [Status.OK, Status.OK, Status.FORMAT_ERROR, Status.OK]
+    assert [s.parts.correctness for s in scored.samples] == [1.0, 0.0, 0.0, 1.0]
+    assert all(s.parts.format == 0 and s.parts.length_penalty == 0 for s in scored.samples)
+    assert [s.max_new_tokens for s in scored.samples] == [8] * 4  # the window, for the learner's shaping
+    assert not scored.incomplete and scored.group_size == 4 and scored.header.schema_version == 2
     assert scored.source_offsets == [f"rollouts/0@{i}" for i in range(4)]
     assert buffer.add(rollout("g", 0, 4, "5"), rec(9)) == (None, False)  # late duplicate
 
     same = GroupBuffer()
     for i in range(2):
         group, _ = same.add(rollout("h", i, 2, "4"), rec(i))
-    assert score_group(group, registry, cfg).dropped
+    assert [s.reward for s in score_group(group, registry).samples] == [0.0, 0.0]  # written, not dropped
+
+
+def test_an_infrastructure_failure_is_marked_by_the_enum():
+    buffer = GroupBuffer()
+    for i in range(2):
+        r = rollout("x", i, 2, "5")
+        r.verifier.kind = "nosuch"
+        group, _ = buffer.add(r, rec(i))
+    scored = score_group(group, ScorerRegistry())
+    assert [s.status for s in scored.samples] == [Status.JUDGE_ERROR] * 2
+    assert all(Status(s.status).is_infra_failure and not s.HasField("correct") for s in scored.samples)
 
 
 def test_timed_out_group_is_scored_incomplete():
@@ -63,7 +61,7 @@ def test_timed_out_group_is_scored_incomplete():
     buffer.add(rollout("t", 0, 3, "5"), rec(0))
     buffer.add(rollout("t", 1, 3, "4"), rec(1))
     (group,) = buffer.expired(timeout_s=-1)
-    scored = score_group(group, ScorerRegistry(), RewardConfig())
+    scored = score_group(group, ScorerRegistry())
     assert scored.incomplete and len(scored.samples) == 2 and scored.group_size == 3
 
 
@@ -109,3 +107,14 @@ def test_a_slow_verifier_does_not_stall_other_groups():
     gate.set()
     handler.drain(ctx)
     assert [g.group_id for g in ctx.emitted] == ["fast", "slow"]
+
+
+def test_the_score_rpc_answers_with_the_status_enum():
+    from m1flow.contracts import rpc
+    from svc_reward.service import RewardGrpc
+
+    spec = events.VerifierSpec(kind="arith", gold="5")
+    ok = RewardGrpc(ScorerRegistry()).Score(rpc.ScoreRequest(response="5", verifier=spec), None)
+    assert (ok.reward, ok.correct, ok.status, ok.parts.correctness) == (1.0, True, Status.OK, 1.0)
+    bad = RewardGrpc(ScorerRegistry()).Score(rpc.ScoreRequest(response="five", verifier=spec), None)
+    assert bad.status == Status.FORMAT_ERROR and bad.HasField("correct") and not bad.correct

@@ -1,4 +1,4 @@
-"""CISPO, DAPO and GRPO as one token-level objective (the report's unified form).
+"""Policy losses: CISPO, DAPO and GRPO as one token-level objective (the report's unified form).
 
 Every algorithm here optimises, per response token,
 
@@ -24,27 +24,65 @@ Normalisation (how token terms are weighted into one number):
 
 For data-parallel training pass the global token / response counts (`totals`), so each rank's
 share of the loss uses the same denominator as the single-process loss.
+
+A policy loss is registered by name with its default clip range (`@register_policy_loss`): a
+function from the importance ratio and the advantage to the unified form's (w, M).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-Algo = Literal["cispo", "dapo", "grpo"]
-Norm = Literal["token", "sample", "sample_token"]
+from m1flow.rl.registry import Registry
 
-# (eps_low, eps_high) per algorithm. CISPO: no lower bound on the IS weight (report), and the
-# upper bound DAPO uses, so a side-by-side run differs only in the mask. GRPO: PPO's symmetric 0.2.
-# DAPO: its paper's clip-higher values.
-DEFAULT_EPS: dict[str, tuple[float, float]] = {
-    "cispo": (float("inf"), 0.28),
-    "dapo": (0.2, 0.28),
-    "grpo": (0.2, 0.2),
-}
+Norm = Literal["token", "sample", "sample_token"]
+SurrogateWeights = Callable[[Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+
+
+@dataclass(frozen=True)
+class PolicyLossKind:
+    """A registered policy loss: (w, M) from (ratio, advantage, eps_low, eps_high), and its default eps."""
+
+    name: str
+    weights: SurrogateWeights
+    eps_low: float
+    eps_high: float
+
+
+POLICY_LOSSES: Registry[PolicyLossKind] = Registry("policy loss")
+
+
+def register_policy_loss(name: str, eps_low: float, eps_high: float) -> Callable[[SurrogateWeights], SurrogateWeights]:
+    """Decorator: register (w, M) = fn(ratio, adv, eps_low, eps_high) under `name` with its default eps."""
+    def add(fn: SurrogateWeights) -> SurrogateWeights:
+        POLICY_LOSSES.add(name, PolicyLossKind(name, fn, eps_low, eps_high))
+        return fn
+    return add
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A policy loss with its clip range resolved and the normalisation: what an update needs."""
+
+    name: str = "cispo"
+    eps_low: float | None = None  # None: the loss's registered default
+    eps_high: float | None = None
+    norm: Norm = "token"
+
+    def __post_init__(self) -> None:
+        kind = POLICY_LOSSES.get(self.name)
+        object.__setattr__(self, "eps_low", kind.eps_low if self.eps_low is None else self.eps_low)
+        object.__setattr__(self, "eps_high", kind.eps_high if self.eps_high is None else self.eps_high)
+        if self.norm not in ("token", "sample", "sample_token"):
+            raise ValueError(f"unknown norm {self.norm!r}")
+
+    def weights(self, ratio: Tensor, adv: Tensor) -> tuple[Tensor, Tensor]:
+        return POLICY_LOSSES.get(self.name).weights(ratio, adv, self.eps_low, self.eps_high)
 
 
 @dataclass(frozen=True)
@@ -59,11 +97,6 @@ def local_totals(mask: Tensor) -> Totals:
     """Token count and number of responses with at least one token, of this process's minibatch."""
     per_sample = mask.sum(-1)
     return Totals(tokens=float(per_sample.sum()), samples=float((per_sample > 0).sum()))
-
-
-def resolve_eps(algo: str, eps_low: float | None, eps_high: float | None) -> tuple[float, float]:
-    low, high = DEFAULT_EPS[algo]
-    return (low if eps_low is None else eps_low, high if eps_high is None else eps_high)
 
 
 def token_weights(mask: Tensor, norm: Norm, totals: Totals | None = None) -> Tensor:
@@ -88,11 +121,21 @@ def trust_region_mask(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: floa
     return (~drop).float()
 
 
-def surrogate_weights(ratio: Tensor, adv: Tensor, algo: str, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
-    """(w, M) of the unified form for each token: the IS weight and the token mask."""
-    if algo == "cispo":
-        return ratio.clamp(min=1 - eps_low, max=1 + eps_high), torch.ones_like(ratio)
+# CISPO: no lower bound on the IS weight (report), and the upper bound DAPO uses, so a side-by-side
+# run differs only in the mask.
+@register_policy_loss("cispo", eps_low=float("inf"), eps_high=0.28)
+def cispo(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """Clip the IS weight, keep every token."""
+    return ratio.clamp(min=1 - eps_low, max=1 + eps_high), torch.ones_like(ratio)
+
+
+def ppo_clipped(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """The unified mask: PPO's clipped surrogate as (w = r, M = trust-region mask)."""
     return ratio, trust_region_mask(ratio, adv, eps_low, eps_high)
+
+
+register_policy_loss("grpo", eps_low=0.2, eps_high=0.2)(ppo_clipped)  # PPO's symmetric 0.2
+register_policy_loss("dapo", eps_low=0.2, eps_high=0.28)(ppo_clipped)  # DAPO's clip-higher
 
 
 @dataclass(frozen=True)
@@ -107,32 +150,25 @@ class TokenObjective:
     old_logp: Tensor
     advantages: Tensor
     token_weight: Tensor
-    algo: str
-    eps_low: float
-    eps_high: float
+    loss_spec: LossSpec
 
     @classmethod
-    def build(cls, old_logp: Tensor, advantages: Tensor, mask: Tensor, algo: Algo = "cispo",
-              eps_low: float | None = None, eps_high: float | None = None, norm: Norm = "token",
+    def build(cls, old_logp: Tensor, advantages: Tensor, mask: Tensor, loss: LossSpec = LossSpec(),
               totals: Totals | None = None) -> TokenObjective:
-        """From [N, T] old log-probs and mask and [N] or [N, T] advantages; None eps: DEFAULT_EPS[algo]."""
-        if algo not in DEFAULT_EPS:
-            raise ValueError(f"unknown algo {algo!r}")
+        """From [N, T] old log-probs and mask and [N] or [N, T] advantages."""
         adv = (advantages[:, None] if advantages.dim() == 1 else advantages).float().expand_as(mask)
-        return cls(old_logp.float(), adv, token_weights(mask, norm, totals), algo,
-                   *resolve_eps(algo, eps_low, eps_high))
+        return cls(old_logp.float(), adv, token_weights(mask, loss.norm, totals), loss)
 
     def select(self, index: Tensor) -> TokenObjective:
         """The objective of the tokens picked by index (a boolean mask or indices), flattened."""
-        return TokenObjective(self.old_logp[index], self.advantages[index], self.token_weight[index],
-                              self.algo, self.eps_low, self.eps_high)
+        return TokenObjective(self.old_logp[index], self.advantages[index], self.token_weight[index], self.loss_spec)
 
     def coefficients(self, logp: Tensor, start: int = 0, end: int | None = None) -> Tensor:
         """Coefficients of tokens start..end (of a flat objective) given their current log-probs."""
         rows = slice(start, end)
         ratio = torch.exp(logp.detach() - self.old_logp[rows])
         adv = self.advantages[rows]
-        weight, keep = surrogate_weights(ratio, adv, self.algo, self.eps_low, self.eps_high)
+        weight, keep = self.loss_spec.weights(ratio, adv)
         return self.token_weight[rows] * weight * adv * keep
 
     def loss(self, logp: Tensor) -> Tensor:
@@ -145,33 +181,31 @@ def policy_loss(
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    algo: Algo = "cispo",
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    norm: Norm = "token",
+    loss: LossSpec = LossSpec(),
     entropy: Tensor | None = None,
     totals: Totals | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss (negative objective) and statistics for one minibatch of responses.
 
     logp carries the gradient; old_logp is the behaviour policy's log-prob; mask is 1 on trained
-    tokens; advantages is [N] (one per response) or [N, T]. Eps left as None take DEFAULT_EPS[algo].
+    tokens; advantages is [N] (one per response) or [N, T].
     """
-    objective = TokenObjective.build(old_logp, advantages, mask, algo, eps_low, eps_high, norm, totals)
+    objective = TokenObjective.build(old_logp, advantages, mask, loss, totals)
     return objective.loss(logp), policy_stats(logp, objective, mask, entropy)
 
 
 def policy_stats(logp: Tensor, objective: TokenObjective, mask: Tensor, entropy: Tensor | None = None) -> dict[str, Tensor]:
     """Clipped fractions, mean ratio, PPO-masked fraction, entropy and token count over the masked tokens."""
+    spec = objective.loss_spec
     ratio = torch.exp(logp.detach() - objective.old_logp)
-    _, keep = surrogate_weights(ratio, objective.advantages, objective.algo, objective.eps_low, objective.eps_high)
+    _, keep = spec.weights(ratio, objective.advantages)
     mask = mask.float()
     valid = mask > 0
     n = valid.sum().clamp(min=1)
     stats = {
         "num_tokens": valid.sum().float(),
-        "clip_high_frac": ((ratio > 1 + objective.eps_high) & valid).sum() / n,
-        "clip_low_frac": ((ratio < 1 - objective.eps_low) & valid).sum() / n,
+        "clip_high_frac": ((ratio > 1 + spec.eps_high) & valid).sum() / n,
+        "clip_low_frac": ((ratio < 1 - spec.eps_low) & valid).sum() / n,
         "masked_frac": ((keep == 0) & valid).sum() / n,
         "ratio_mean": (ratio * mask).sum() / n,
     }

@@ -1,12 +1,11 @@
-"""The three objectives against hand-computed values on tiny tensors."""
+"""The three registered policy losses against hand-computed values on tiny tensors."""
 
 import math
 
 import pytest
 import torch
 
-from svc_learner import policy_loss
-from svc_learner.objective import Totals
+from m1flow.rl.objectives import POLICY_LOSSES, LossSpec, Totals, policy_loss
 
 # Two responses, four tokens each; ratios r = exp(logp - old) chosen by hand.
 RATIOS = torch.tensor([[0.5, 1.0, 1.25, 1.5], [0.5, 1.0, 1.25, 1.5]])
@@ -26,12 +25,12 @@ def _grad(loss, logp):
 
 def test_cispo_clips_only_the_weight_and_keeps_every_token():
     logp, old = _logp_old()
-    loss, stats = policy_loss(logp, old, ADV, MASK, algo="cispo", eps_high=0.2)  # eps_low: no bound
+    loss, stats = policy_loss(logp, old, ADV, MASK, LossSpec("cispo", eps_high=0.2))  # eps_low: no bound
     # weight = clip(r, -inf, 1.2) = [0.5, 1, 1.2, 1.2]; d loss / d logp = -w * A / 8 tokens
     expected = torch.tensor([[-0.5, -1.0, -1.2, -1.2], [0.5, 1.0, 1.2, 1.2]]) / 8
     torch.testing.assert_close(_grad(loss, logp), expected)
     # value with A = (2, 1): -(1/8) sum w A logp, logp = -1 + log r
-    value, _ = policy_loss(logp, old, torch.tensor([2.0, 1.0]), MASK, algo="cispo", eps_high=0.2)
+    value, _ = policy_loss(logp, old, torch.tensor([2.0, 1.0]), MASK, LossSpec("cispo", eps_high=0.2))
     w = torch.tensor([0.5, 1.0, 1.2, 1.2])
     lp = torch.log(torch.tensor([0.5, 1.0, 1.25, 1.5])) - 1
     assert value.item() == pytest.approx(-3 * (w * lp).sum().item() / 8, abs=1e-6)
@@ -44,7 +43,7 @@ def test_cispo_clips_only_the_weight_and_keeps_every_token():
 
 def test_grpo_masks_the_tokens_ppo_clips():
     logp, old = _logp_old()
-    loss, stats = policy_loss(logp, old, ADV, MASK, algo="grpo", eps_low=0.2, eps_high=0.2)
+    loss, stats = policy_loss(logp, old, ADV, MASK, LossSpec("grpo", eps_low=0.2, eps_high=0.2))
     # A > 0: r = 1.25 and 1.5 exceed 1.2 -> masked; A < 0: r = 0.5 below 0.8 -> masked.
     # Kept tokens carry weight r (PPO's gradient r A d logp).
     expected = torch.tensor([[-0.5, -1.0, 0.0, 0.0], [0.0, 1.0, 1.25, 1.5]]) / 8
@@ -56,7 +55,7 @@ def test_grpo_masks_the_tokens_ppo_clips():
 
 def test_dapo_decoupled_clip_keeps_what_grpo_drops():
     logp, old = _logp_old()
-    loss, _ = policy_loss(logp, old, ADV, MASK, algo="dapo", eps_low=0.2, eps_high=0.28)
+    loss, _ = policy_loss(logp, old, ADV, MASK, LossSpec("dapo", eps_low=0.2, eps_high=0.28))
     # r = 1.25 < 1.28 now stays in for A > 0; r = 1.5 is still dropped.
     expected = torch.tensor([[-0.5, -1.0, -1.25, 0.0], [0.0, 1.0, 1.25, 1.5]]) / 8
     torch.testing.assert_close(_grad(loss, logp), expected)
@@ -70,7 +69,7 @@ def test_ppo_gradient_equals_the_clipped_surrogate(algo, eps):
     logp = (old + 0.4 * torch.randn(3, 7, generator=g)).requires_grad_()
     adv = torch.randn(3, generator=g)
     mask = (torch.rand(3, 7, generator=g) > 0.3).float()
-    loss, _ = policy_loss(logp, old, adv, mask, algo=algo, eps_low=eps[0], eps_high=eps[1])
+    loss, _ = policy_loss(logp, old, adv, mask, LossSpec(algo, eps_low=eps[0], eps_high=eps[1]))
     r = torch.exp(logp - old)
     a = adv[:, None]
     surrogate = torch.minimum(r * a, r.clamp(1 - eps[0], 1 + eps[1]) * a)
@@ -82,19 +81,19 @@ def test_cispo_gradient_survives_where_ppo_is_zero():
     logp, old = _logp_old(torch.tensor([[3.0, 0.2]]))  # far outside any trust region
     for adv, idx in ((torch.tensor([1.0]), 0), (torch.tensor([-1.0]), 1)):
         mask = torch.ones(1, 2)
-        cispo = _grad(policy_loss(logp, old, adv, mask, algo="cispo", eps_high=0.2)[0], logp)
-        ppo = _grad(policy_loss(logp, old, adv, mask, algo="grpo")[0], logp)
+        cispo = _grad(policy_loss(logp, old, adv, mask, LossSpec("cispo", eps_high=0.2))[0], logp)
+        ppo = _grad(policy_loss(logp, old, adv, mask, LossSpec("grpo"))[0], logp)
         assert ppo[0, idx].item() == 0.0
         assert cispo[0, idx].item() != 0.0
     # and the clipped weight bounds it: 1.2 for r = 3 under A = +1
-    cispo = _grad(policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), eps_high=0.2)[0], logp)
+    cispo = _grad(policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), LossSpec(eps_high=0.2))[0], logp)
     assert cispo[0, 0].item() == pytest.approx(-1.2 / 2)
 
 
 def test_masked_tokens_have_no_effect():
     logp, old = _logp_old()
     mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
-    loss, stats = policy_loss(logp, old, ADV, mask, algo="cispo", eps_high=0.2)
+    loss, stats = policy_loss(logp, old, ADV, mask, LossSpec("cispo", eps_high=0.2))
     expected = torch.tensor([[-0.5, -1.0, 0, 0], [0.5, 0, 0, 0]]) / 3
     torch.testing.assert_close(_grad(loss, logp), expected)
     assert stats["num_tokens"].item() == 3
@@ -106,9 +105,9 @@ def test_normalisations_by_hand():
     lp = torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -3.0, -4.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     adv = torch.ones(2)
-    token = policy_loss(lp, lp.detach(), adv, mask, norm="token")[0]
-    sample = policy_loss(lp, lp.detach(), adv, mask, norm="sample")[0]
-    mixed = policy_loss(lp, lp.detach(), adv, mask, norm="sample_token")[0]
+    token = policy_loss(lp, lp.detach(), adv, mask, LossSpec(norm="token"))[0]
+    sample = policy_loss(lp, lp.detach(), adv, mask, LossSpec(norm="sample"))[0]
+    mixed = policy_loss(lp, lp.detach(), adv, mask, LossSpec(norm="sample_token"))[0]
     assert token.item() == pytest.approx(10 / 4)  # -(-1 - 2 - 3 - 4) / 4
     assert sample.item() == pytest.approx((1 / 1 + 9 / 3) / 2)
     assert mixed.item() == pytest.approx(0.5 * (10 / 4 + 2.0))
@@ -133,7 +132,14 @@ def test_entropy_stat_and_bad_arguments():
     ent = torch.full((2, 4), math.log(2.0))
     _, stats = policy_loss(logp, old, ADV, MASK, entropy=ent)
     assert stats["entropy"].item() == pytest.approx(math.log(2.0))
+    with pytest.raises(ValueError, match="unknown policy loss 'ppo2'; known: cispo, dapo, grpo"):
+        LossSpec("ppo2")
     with pytest.raises(ValueError):
-        policy_loss(logp, old, ADV, MASK, algo="ppo2")
-    with pytest.raises(ValueError):
-        policy_loss(logp, old, ADV, MASK, norm="seq")
+        LossSpec(norm="seq")
+
+
+def test_registry_holds_the_three_losses_with_their_default_clip_ranges():
+    assert POLICY_LOSSES.names() == ("cispo", "dapo", "grpo")
+    assert (LossSpec("cispo").eps_low, LossSpec("cispo").eps_high) == (float("inf"), 0.28)
+    assert (LossSpec("dapo").eps_low, LossSpec("dapo").eps_high) == (0.2, 0.28)
+    assert (LossSpec("grpo", eps_high=0.3).eps_low, LossSpec("grpo", eps_high=0.3).eps_high) == (0.2, 0.3)

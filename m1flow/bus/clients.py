@@ -1,0 +1,307 @@
+"""The consumer the stream worker drives, over either Kafka client: kafka-python or confluent-kafka.
+
+Why two: kafka-python (pure Python) is the bus's original client and stays supported, but under
+CPU starvation its group coordinator was seen to lose a SyncGroup answer and leave a member joined
+to a generation without an assignment, heartbeats off, until the session timed out (2 of 40
+trials in `bench/group_join.py`; the stalls CI saw). confluent-kafka wraps librdkafka, the C client
+most of the ecosystem runs, which had none in the same runs. Both sit behind one small interface
+(partitions as (topic, partition) tuples, offsets as ints), so the worker's guarantees do not
+depend on the choice: `ServiceConfig.kafka_client` picks it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+TP = tuple[str, int]
+Client = Literal["kafka-python", "confluent-kafka"]
+OnChange = Callable[[set[TP]], None]
+
+
+class ClientError(RuntimeError):
+    """A broker round trip that failed (commit refused, broker away); the caller retries later."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str
+    group_id: str
+    client_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    max_poll_interval_ms: int
+    max_poll_records: int
+    max_partition_fetch_bytes: int = 4 * 1024 * 1024
+    receive_message_max_bytes: int = 64 * 1024 * 1024
+
+
+class Consumer(Protocol):
+    def partitions_for_topic(self, topic: str) -> set[int]: ...
+
+    def subscribe(self, topics: list[str], on_assigned: OnChange, on_revoked: OnChange) -> None: ...
+
+    def assign(self, offsets: dict[TP, int | None]) -> None:
+        """Own exactly these partitions, each from its offset (None: from the beginning)."""
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]: ...
+
+    def assignment(self) -> set[TP]: ...
+
+    def paused(self) -> set[TP]: ...
+
+    def pause(self, partitions: set[TP]) -> None: ...
+
+    def resume(self, partitions: set[TP]) -> None: ...
+
+    def position(self, partition: TP) -> int: ...
+
+    def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
+        """The next offset to be written, per partition (a broker round trip; ClientError when away)."""
+
+    def commit(self, offsets: dict[TP, int]) -> None:
+        """Commit synchronously; ClientError when the broker refuses or cannot be reached."""
+
+    def close(self) -> None: ...
+
+
+def consumer(client: Client, settings: Settings) -> Consumer:
+    if client == "confluent-kafka":
+        return ConfluentConsumer(settings)
+    if client == "kafka-python":
+        return KafkaPythonConsumer(settings)
+    raise ValueError(f"unknown Kafka client {client!r}; choose kafka-python or confluent-kafka")
+
+
+# ---------------------------------------------------------------------------------- kafka-python
+class KafkaPythonConsumer:
+    def __init__(self, s: Settings) -> None:
+        from kafka import KafkaConsumer
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+        self._c = KafkaConsumer(
+            bootstrap_servers=s.bootstrap, group_id=s.group_id, client_id=s.client_id,
+            group_instance_id=s.group_instance_id, partition_assignment_strategy=(CooperativeStickyAssignor,),
+            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=s.max_poll_records,
+            session_timeout_ms=s.session_timeout_ms, heartbeat_interval_ms=1000,
+            max_poll_interval_ms=s.max_poll_interval_ms, fetch_max_wait_ms=100, reconnect_backoff_max_ms=2000,
+            max_partition_fetch_bytes=s.max_partition_fetch_bytes,
+            receive_message_max_bytes=s.receive_message_max_bytes)
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(self._c.partitions_for_topic(topic) or ())
+
+    def subscribe(self, topics: list[str], on_assigned: OnChange, on_revoked: OnChange) -> None:
+        from kafka import ConsumerRebalanceListener
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):  # noqa: ANN001 - kafka-python signature
+                on_revoked({(tp.topic, tp.partition) for tp in revoked})
+
+            def on_partitions_assigned(self, assigned):  # noqa: ANN001
+                on_assigned({(tp.topic, tp.partition) for tp in assigned})
+
+        self._c.subscribe(topics, listener=Listener())
+
+    def assign(self, offsets: dict[TP, int | None]) -> None:
+        from kafka.structs import TopicPartition
+
+        parts = {tp: TopicPartition(*tp) for tp in offsets}
+        self._c.assign(list(parts.values()))
+        for tp, offset in offsets.items():
+            if offset is None:
+                self._c.seek_to_beginning(parts[tp])
+            else:
+                self._c.seek(parts[tp], offset)
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
+        batches = self._c.poll(timeout_ms=timeout_ms, max_records=max_records)
+        self._unstick_parked_fetches()
+        return {(tp.topic, tp.partition): [Fetched(r.offset, r.key, r.value, r.timestamp) for r in records]
+                for tp, records in batches.items()}
+
+    def _unstick_parked_fetches(self) -> None:
+        """Work around a kafka-python 3.0 fetcher bug that stops a partition for good.
+
+        Records fetched for a partition that is then paused are parked (KAFKA-7548) and restored
+        on a later poll only while the fetcher's in-line slot is None; but after it hands out the
+        last records of a batch the slot keeps the exhausted (falsy) batch object, so parked
+        partitions are never restored, and never fetched again either (a partition with parked
+        data is not fetched). A consumer pausing busy partitions each step (the worker's backlog)
+        stalled on 2 of 4 partitions within 3000 records. Emptying the slot lets the restore run.
+        """
+        fetcher = getattr(self._c, "_fetcher", None)
+        current = getattr(fetcher, "_next_partition_records", None)
+        if current is not None and not current:
+            fetcher._next_partition_records = None
+
+    def assignment(self) -> set[TP]:
+        return {(tp.topic, tp.partition) for tp in self._c.assignment()}
+
+    def paused(self) -> set[TP]:
+        return {(tp.topic, tp.partition) for tp in self._c.paused()}
+
+    def pause(self, partitions: set[TP]) -> None:
+        from kafka.structs import TopicPartition
+
+        if partitions:
+            self._c.pause(*(TopicPartition(*tp) for tp in partitions))
+
+    def resume(self, partitions: set[TP]) -> None:
+        from kafka.structs import TopicPartition
+
+        if partitions:
+            self._c.resume(*(TopicPartition(*tp) for tp in partitions))
+
+    def position(self, partition: TP) -> int:
+        from kafka.structs import TopicPartition
+
+        return self._c.position(TopicPartition(*partition))
+
+    def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
+        from kafka.errors import KafkaError
+        from kafka.structs import TopicPartition
+
+        try:
+            ends = self._c.end_offsets([TopicPartition(*tp) for tp in partitions])
+        except KafkaError as exc:
+            raise ClientError(str(exc)) from exc
+        return {(tp.topic, tp.partition): off for tp, off in ends.items()}
+
+    def commit(self, offsets: dict[TP, int]) -> None:
+        from kafka.errors import KafkaError
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        try:
+            self._c.commit({TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+        except KafkaError as exc:
+            raise ClientError(str(exc)) from exc
+
+    def close(self) -> None:
+        self._c.close(autocommit=False)
+
+
+# ------------------------------------------------------------------------------- confluent-kafka
+class ConfluentConsumer:
+    def __init__(self, s: Settings) -> None:
+        from confluent_kafka import Consumer as RdConsumer
+
+        config = {
+            "bootstrap.servers": s.bootstrap, "group.id": s.group_id, "client.id": s.client_id,
+            "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": s.session_timeout_ms, "heartbeat.interval.ms": 1000,
+            "max.poll.interval.ms": s.max_poll_interval_ms, "partition.assignment.strategy": "cooperative-sticky",
+            "fetch.wait.max.ms": 100, "reconnect.backoff.max.ms": 2000,
+            "max.partition.fetch.bytes": s.max_partition_fetch_bytes,
+            "fetch.max.bytes": s.max_partition_fetch_bytes * 4,
+            "receive.message.max.bytes": max(s.receive_message_max_bytes, s.max_partition_fetch_bytes * 4 + 1024),
+            "log_level": 3,
+        }
+        if s.group_instance_id:
+            config["group.instance.id"] = s.group_instance_id
+        self._c = RdConsumer(config, logger=_RdLogger())
+        self._paused: set[TP] = set()
+        self._positions: dict[TP, int] = {}
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        meta = self._c.list_topics(topic, timeout=30).topics.get(topic)
+        return set(meta.partitions) if meta is not None and meta.error is None else set()
+
+    def subscribe(self, topics: list[str], on_assigned: OnChange, on_revoked: OnChange) -> None:
+        def assigned(_consumer, partitions) -> None:  # noqa: ANN001 - librdkafka callback
+            on_assigned({(p.topic, p.partition) for p in partitions})
+
+        def revoked(_consumer, partitions) -> None:  # noqa: ANN001
+            gone = {(p.topic, p.partition) for p in partitions}
+            self._paused -= gone
+            on_revoked(gone)
+
+        self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def assign(self, offsets: dict[TP, int | None]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self._c.assign([TopicPartition(t, p, OFFSET_BEGINNING if off is None else off)
+                        for (t, p), off in offsets.items()])
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
+        out: dict[TP, list[Fetched]] = {}
+        for msg in self._c.consume(num_messages=max_records, timeout=timeout_ms / 1000):
+            if msg.error() is not None:
+                continue  # transport and partition-EOF events: librdkafka retries by itself
+            tp = (msg.topic(), msg.partition())
+            _, ts = msg.timestamp()
+            out.setdefault(tp, []).append(Fetched(msg.offset(), msg.key(), msg.value(), ts))
+            self._positions[tp] = msg.offset() + 1
+        return out
+
+    def assignment(self) -> set[TP]:
+        return {(p.topic, p.partition) for p in self._c.assignment()}
+
+    def paused(self) -> set[TP]:
+        return set(self._paused)
+
+    def pause(self, partitions: set[TP]) -> None:
+        from confluent_kafka import TopicPartition
+
+        new = set(partitions) - self._paused
+        if new:
+            self._c.pause([TopicPartition(*tp) for tp in new])
+            self._paused |= new
+
+    def resume(self, partitions: set[TP]) -> None:
+        from confluent_kafka import TopicPartition
+
+        back = set(partitions) & self._paused
+        if back:
+            self._c.resume([TopicPartition(*tp) for tp in back])
+            self._paused -= back
+
+    def position(self, partition: TP) -> int:
+        from confluent_kafka import TopicPartition
+
+        known = self._positions.get(partition)
+        if known is not None:
+            return known
+        found = self._c.position([TopicPartition(*partition)])[0].offset
+        return max(found, 0)
+
+    def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            return {tp: self._c.get_watermark_offsets(TopicPartition(*tp), timeout=10)[1] for tp in partitions}
+        except KafkaException as exc:
+            raise ClientError(str(exc)) from exc
+
+    def commit(self, offsets: dict[TP, int]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            self._c.commit(offsets=[TopicPartition(t, p, off) for (t, p), off in offsets.items()],
+                           asynchronous=False)
+        except KafkaException as exc:
+            raise ClientError(str(exc)) from exc
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class _RdLogger:
+    """librdkafka's log lines through Python logging (at its level 3: errors only)."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self._log = logging.getLogger("kafka.librdkafka")
+
+    def log(self, level: int, fmt: str, *args: object) -> None:  # noqa: ARG002 - logging.Logger signature
+        self._log.log(level, fmt, *args)

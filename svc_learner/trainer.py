@@ -1,0 +1,122 @@
+"""The learner's state (model, optimizer, version, offsets) and the one entry point for training a
+batch: `Trainer.step(selected, offsets)` builds the batch, runs the updates and writes the checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from m1flow import checkpoint
+from m1flow.bus import codec
+from m1flow.checkpoint import uri_for
+from m1flow.contracts import events
+from m1flow.rl.selection import Selected, Skipped
+from svc_learner.batching import Batch, batch_stats, to_batch
+from svc_learner.config import LearnerServiceConfig
+from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
+from svc_learner.optim import make_optimizer
+from svc_learner.update import Ranks, run_updates
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Model, optimizer and progress; one `step()` per batch of selected groups."""
+
+    def __init__(self, cfg: LearnerServiceConfig, ranks: Ranks = Ranks()) -> None:
+        self.cfg = cfg
+        self.ranks = ranks
+        self.root = cfg.checkpoint_root()
+        self.loss_spec = cfg.algorithm.loss()
+        torch.manual_seed(cfg.seed)
+        self.resumed = checkpoint.latest(self.root)
+        source = self.resumed or cfg.init_checkpoint
+        if source is None:
+            raise RuntimeError(f"no learner checkpoint in {self.root} and no --init-checkpoint to start from")
+        self.model = checkpoint.load_model(source, trainable=True)  # any causal LM directory (m1flow.lm)
+        self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
+        train = cfg.train
+        self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
+        self.scorer = wrap_model(self.model, train, ranks)  # DDP under torchrun
+        self.state = self._initial_state(source)
+        if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
+            self.current_dir, self.sha = ((self.resumed, checkpoint.weights_sha256(self.resumed))
+                                          if self.resumed else self._save())
+        self.applied = {gid for step in self.state.applied_groups for gid in step}
+        self.last_stats: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def _initial_state(self, source: Path) -> checkpoint.LearnerState:
+        """Our own checkpoint: everything. A learner checkpoint given as init (a replay's start): its
+        version, step and optimizer, but not its offsets or applied groups. A bare policy: version 0."""
+        if (source / checkpoint.STATE_FILE).exists():
+            checkpoint.load_optimizer(source, self.optimizer)
+            state = checkpoint.load_state(source)
+            if self.resumed:
+                log.info("resumed from %s (version %s, offsets %s)", source, state.version, state.offsets)
+                return state
+            log.info("starting from learner checkpoint %s at version %s", source, state.version)
+            return checkpoint.LearnerState(version=state.version, step=state.step)
+        return checkpoint.LearnerState()
+
+    def start_offsets(self, replay: bool) -> dict[str, int] | None:
+        """Where to read `scored` from: our checkpoint's offsets; a fresh replay: its consumer group's
+        start (None); a fresh learner: the beginning ({})."""
+        if self.resumed:
+            return self.state.offsets
+        return None if replay else {}
+
+    def _save(self) -> tuple[Path, str]:
+        return checkpoint.save_checkpoint(self.root, self.model, self.tokenizer, self.optimizer, self.state,
+                                          keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """The optimizer steps on one batch; every rank runs it on the same batch."""
+        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks)
+
+    def step(self, selected: Sequence[Selected], offsets: dict[str, int],
+             skipped: Sequence[Skipped] = ()) -> dict[str, float]:
+        """Build the batch, train on it, then advance version and offsets together in one checkpoint
+        (with the groups skipped since the last step: consumed, and accounted for).
+
+        Raises RuntimeError when no update ran: a version is never published without training.
+        """
+        batch = to_batch(selected, pad_id=self.model.config.pad_token_id or 0)
+        if self.ranks.world > 1:
+            broadcast_batch(batch)
+        stats = self.update(batch)
+        if not stats.get("updates"):
+            raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
+        stats = {**batch_stats(selected), "groups_skipped": float(len(skipped)), **stats}
+        with self.lock:
+            self.state.version += 1
+            self.state.step += 1
+            self.state.offsets = offsets
+            self.state.applied_groups.append([s.group_id for s in selected])
+            self.state.skipped_groups.append([s.group_id for s in skipped])
+            self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
+            self.current_dir, self.sha = self._save()
+            self.applied.update(s.group_id for s in selected)
+            self.last_stats = stats
+        return stats
+
+    def announcement(self, run_id: str) -> events.PolicyVersion:
+        return events.PolicyVersion(
+            header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
+                                message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
+            version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
+            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
+            batch_groups=self.cfg.batch_groups)
+
+
+def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
+    """Ranks > 0 under torchrun: no Kafka, no ports; train on what rank 0 broadcasts until told to stop."""
+    trainer = Trainer(cfg, ranks)
+    while (batch := receive_batch()) is not None:
+        trainer.update(batch)
+    leave()
+    log.info("rank %s done", ranks.rank)
