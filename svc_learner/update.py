@@ -5,7 +5,17 @@ moved away from the one that sampled the tokens, which is what the clipped IS we
 trust-region mask (GRPO/DAPO) handles. The batch arrives selected and built (m1flow.rl.selection,
 svc_learner.batching); the loss is m1flow.rl.objectives'. This module knows nothing of Kafka.
 
-The model is anything with hidden_states(input_ids) -> [N, T, D] and lm_head.weight [V, D].
+The model is any causal LM m1flow.lm supports: the hybrid model or a transformers one (Qwen2,
+Llama, ...), whose logits are its final hidden states times the LM head (run here in fp32).
+
+Which log-probs: those of the temperature the sample was drawn at, softmax(logits / T) over the
+whole vocabulary. The engines report their log-probs under the distribution they sampled from,
+temperature *and* top-p nucleus renormalised (m1flow.sampling). The temperature is applied here
+too (it is differentiable, and it is the policy's own distribution at that temperature); the nucleus
+is not: it is a per-token, non-differentiable cut of the vocabulary, and off-policy a sampled
+token may fall outside the learner's nucleus (log-prob -inf). The two therefore differ by the log
+of the nucleus mass, at most -log(top_p) nats per token (0.051 at the default 0.95), and equal with
+top_p = 1. `old_logp_source: recompute` takes the old log-probs from this same computation.
 
 Alignment convention: every [N, T] tensor is indexed like input_ids. rollout_logp[:, t] is the
 inference-mode log-prob of token input_ids[:, t] (0 on prompt and padding); the model's hidden
@@ -25,9 +35,9 @@ from m1flow import lm
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
 from .batching import Batch
-from .logprobs import fused_head_loss
+from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
-from .precision import HeadDtype, cast_head, correlation_moments, head_logprobs, pearson_from_moments
+from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_moments
 
 
 class LearnerConfig(BaseModel):
@@ -83,16 +93,20 @@ class SequenceLogprobs(nn.Module):
         self.chunk_size = chunk_size
         self.fused = fused
 
-    def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None) -> ScoredTokens:
+    def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None,
+                temperature: Tensor | None = None) -> ScoredTokens:
         hidden = lm.hidden_states(self.model, input_ids)[:, :-1]
         sel = response_mask[:, 1:].bool()
         weight, targets = lm.head_weight(self.model), input_ids[:, 1:][sel]
+        h, w = cast_head(hidden[sel], weight, self.head_dtype)
+        if temperature is not None and bool((temperature != 1).any()):
+            # logits / T == (h / T) @ w.T: the distribution the engine sampled from (see module doc)
+            h = h / temperature.to(h.device, h.dtype)[:, None].expand(sel.shape)[sel][:, None]
         if objective is not None and self.fused:
             flat = objective.select(torch.cat([torch.zeros_like(sel[:, :1]), sel], dim=1))
-            h, w = cast_head(hidden[sel], weight, self.head_dtype)
             loss, logp, entropy = fused_head_loss(h, w, targets, flat.coefficients, self.chunk_size, return_entropy=True)
             return ScoredTokens(_scatter_tokens(logp, sel), _scatter_tokens(entropy, sel), loss)
-        logp, entropy = head_logprobs(hidden[sel], weight, targets, self.head_dtype, self.chunk_size, return_entropy=True)
+        logp, entropy = token_logprobs(h, w, targets, self.chunk_size, return_entropy=True)
         logp, entropy = _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
         return ScoredTokens(logp, entropy, objective.loss(logp) if objective is not None else None)
 
@@ -137,7 +151,7 @@ def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) ->
     old = torch.zeros_like(batch.rollout_logp, dtype=torch.float32)
     with torch.no_grad():
         for idx in parts:
-            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx])[0]
+            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx], None, batch.temperature[idx])[0]
     return old
 
 
@@ -164,7 +178,7 @@ def run_updates(
         counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
         objective = TokenObjective.build(old_all[idx], mb.advantages, mask, loss_spec,
                                          Totals(float(counts[0]), float(counts[1])))
-        logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective)
+        logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective, mb.temperature)
         mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)

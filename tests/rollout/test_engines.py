@@ -49,6 +49,21 @@ def recomputed(model, result: GroupResult) -> list[tuple[torch.Tensor, torch.Ten
     return pairs
 
 
+def learner_recomputed(model, result: GroupResult) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(engine log-probs, the learner's SequenceLogprobs at the sample's temperature) per sample."""
+    from svc_learner.update import SequenceLogprobs
+
+    r, pairs = result.request, []
+    for s in result.samples:
+        ids = torch.tensor([r.prompt_ids + s.tokens])
+        mask = torch.zeros_like(ids, dtype=torch.float32)
+        mask[0, len(r.prompt_ids):] = 1
+        with torch.no_grad():
+            logp = SequenceLogprobs(model)(ids, mask, None, torch.tensor([r.temperature]))[0]
+        pairs.append((torch.tensor(s.logprobs), logp[0, len(r.prompt_ids):]))
+    return pairs
+
+
 def pearson_and_gap(pairs) -> tuple[float, float]:
     engine = torch.cat([a for a, _ in pairs]).double()
     learner = torch.cat([b for _, b in pairs]).double()
@@ -82,6 +97,13 @@ def test_vllm_logprobs_match_the_learner_recomputation(vllm_engine, qwen2_policy
     assert tokens > 200
     assert corr >= 0.99
     assert gap < 1e-3
+    # the learner's own scorer: the sample's temperature, no nucleus (svc_learner.update), so its
+    # log-probs sit below the engine's by the log of the nucleus mass, at most -log(top_p)
+    learner = [pair for result in results for pair in learner_recomputed(model, result)]
+    corr, gap = pearson_and_gap(learner)
+    diff = torch.cat([e - l for e, l in learner])
+    print(f"vLLM vs the learner's scorer (no nucleus): Pearson {corr:.6f}, mean |log-prob gap| {gap:.2e}")
+    assert corr >= 0.99 and diff.min() > -1e-3 and diff.max() < -math.log(top_p) + 1e-3
 
 
 def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, qwen2_policy):
