@@ -36,7 +36,10 @@ class Batch:
         return self.input_ids.shape[0]
 
     def select(self, index: Tensor) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Batch(**{f.name: getattr(self, f.name)[index.to(self.input_ids.device)] for f in fields(self)})
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
 
 def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],

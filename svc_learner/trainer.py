@@ -19,6 +19,7 @@ from svc_learner.batching import Batch, batch_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
 from svc_learner.optim import make_optimizer
+from svc_learner.placement import load_trainable
 from svc_learner.update import Ranks, run_updates
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class Trainer:
         source = self.resumed or cfg.init_checkpoint
         if source is None:
             raise RuntimeError(f"no learner checkpoint in {self.root} and no --init-checkpoint to start from")
-        self.model = checkpoint.load_model(source, trainable=True)  # any causal LM directory (m1flow.lm)
+        # any causal LM directory (m1flow.lm), on its device (the local GPU under torchrun) before DDP
+        self.model = load_trainable(source, cfg.device, cfg.train.dtype)
         self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
         train = cfg.train
         self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)

@@ -37,6 +37,7 @@ from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 from .batching import Batch
 from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
+from .placement import ModelDtype
 from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_moments
 
 
@@ -55,6 +56,8 @@ class LearnerConfig(BaseModel):
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
     fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
+    dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
+                              "the LM head stays fp32")
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def run_updates(
     parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
         return {"updates": 0}
+    batch = batch.to(next(scorer.parameters()).device)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     recompute = cfg.old_logp_source == "recompute"
     old_all = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
@@ -196,7 +200,8 @@ def run_updates(
         local = torch.cat(parts)
         corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
     keys = sorted(sums)
-    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]))
+    device = batch.input_ids.device  # one device for the reduction (NCCL reduces CUDA tensors only)
+    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=device) for k in keys]))
     reduced = dict(zip(keys, totals.tolist()))
     n_tok = max(reduced["num_tokens"], 1.0)
     out: dict[str, float] = {"updates": len(parts)}

@@ -4,9 +4,12 @@ writes a checkpoint that opens again with transformers' Auto classes (weights, t
 resumes with its version and offsets."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from learner_fixtures import ARCHS
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from m1flow import checkpoint
@@ -60,3 +63,25 @@ def test_trainer_trains_any_policy_directory_and_writes_the_same_form(tmp_path, 
     resumed = Trainer(cfg)  # a restarted learner: its own checkpoint, version and offsets
     assert resumed.state.version == 1 and resumed.start_offsets(replay=False) == {"scored/0": 2}
     assert checkpoint.weights_sha256(resumed.current_dir) == checkpoint.weights_sha256(written)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bf16_weights_train_with_the_lm_head_kept_in_fp32(tmp_path, arch):
+    """The CUDA default (train.dtype auto -> bf16), run on the CPU: bf16 body, fp32 head, a real step."""
+    from m1flow import lm
+
+    tok = build_tokenizer()
+    policy = checkpoint.save_policy(tmp_path / "p0", build_model(tok, WarmStartConfig(arch=WARM[arch])), tok)
+    cfg = LearnerServiceConfig(run_dir=tmp_path / "run", init_checkpoint=policy, device="cpu",
+                               train={"lr": 1e-3, "minibatches": 1, "dtype": "bf16"})
+    trainer = Trainer(cfg)
+    head = lm.head_weight(trainer.model)
+    assert head.dtype == torch.float32
+    assert {p.dtype for p in trainer.model.parameters() if p is not head} == {torch.bfloat16}
+    vocab = trainer.model.config.vocab_size
+    before = head.detach().clone()
+    stats = trainer.step([AlgorithmConfig().select(scored_group("g0", vocab, 1.0), current_version=0)], {})
+    assert stats["updates"] == 1 and not torch.equal(before, head) and math.isfinite(stats["loss"])
+    saved = load_file(checkpoint.latest(cfg.checkpoint_root()) / checkpoint.WEIGHTS_FILE)  # as written
+    assert saved["lm_head.weight"].dtype == torch.float32
+    assert {v.dtype for k, v in saved.items() if k != "lm_head.weight"} == {torch.bfloat16}
