@@ -64,7 +64,7 @@ def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
 
 def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
     """The scorer the update runs on: DDP around SequenceLogprobs when there are several ranks."""
-    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
+    scorer = SequenceLogprobs.configured(model, cfg)
     if ranks.world == 1:
         return scorer
     device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None

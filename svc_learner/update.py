@@ -24,6 +24,7 @@ state at position t - 1 predicts it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -35,6 +36,7 @@ from m1flow import lm
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
 from .batching import Batch
+from . import packing
 from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
 from .placement import ModelDtype
@@ -56,6 +58,9 @@ class LearnerConfig(BaseModel):
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
     fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
+    max_tokens_per_micro_batch: int | None = Field(
+        8192, ge=1, description="tokens per forward/backward (gradients accumulate over a minibatch's micro-"
+                                "batches), transformers models packed without padding; None: whole minibatch")
     dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
                               "the LM head stays fp32")
 
@@ -89,34 +94,48 @@ class SequenceLogprobs(nn.Module):
     """
 
     def __init__(self, model: nn.Module, head_dtype: HeadDtype = "fp32", chunk_size: int | None = None,
-                 fused: bool = True):
+                 fused: bool = True, pack: bool = False):
         super().__init__()
         self.model = model
         self.head_dtype = head_dtype
         self.chunk_size = chunk_size
         self.fused = fused
+        self.packs = pack and packing.can_pack(model)
+
+    @classmethod
+    def configured(cls, model: nn.Module, cfg: LearnerConfig) -> SequenceLogprobs:
+        return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss, pack=cfg.max_tokens_per_micro_batch is not None)
 
     def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None,
                 temperature: Tensor | None = None) -> ScoredTokens:
-        hidden = lm.hidden_states(self.model, input_ids)[:, :-1]
+        """Rows are cut to the longest real one (packed into one row when `packs`); outputs keep [N, T]."""
+        n, full = input_ids.shape
+        row_lengths = packing.lengths(response_mask)
+        width = int(row_lengths.max())
+        input_ids, response_mask = input_ids[:, :width], response_mask[:, :width]
+        if self.packs:
+            hidden = packing.packed_hidden_states(self.model, input_ids, row_lengths)[:, :-1]
+        else:
+            hidden = lm.hidden_states(self.model, input_ids)[:, :-1]
         sel = response_mask[:, 1:].bool()
+        scored = torch.zeros(n, full, dtype=torch.bool, device=sel.device)
+        scored[:, 1:width] = sel  # the tokens scored, in the caller's [N, T] layout
         weight, targets = lm.head_weight(self.model), input_ids[:, 1:][sel]
         h, w = cast_head(hidden[sel], weight, self.head_dtype)
         if temperature is not None and bool((temperature != 1).any()):
             # logits / T == (h / T) @ w.T: the distribution the engine sampled from (see module doc)
             h = h / temperature.to(h.device, h.dtype)[:, None].expand(sel.shape)[sel][:, None]
         if objective is not None and self.fused:
-            flat = objective.select(torch.cat([torch.zeros_like(sel[:, :1]), sel], dim=1))
+            flat = objective.select(scored)
             loss, logp, entropy = fused_head_loss(h, w, targets, flat.coefficients, self.chunk_size, return_entropy=True)
-            return ScoredTokens(_scatter_tokens(logp, sel), _scatter_tokens(entropy, sel), loss)
+            return ScoredTokens(_scatter_tokens(logp, scored), _scatter_tokens(entropy, scored), loss)
         logp, entropy = token_logprobs(h, w, targets, self.chunk_size, return_entropy=True)
-        logp, entropy = _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
+        logp, entropy = _scatter_tokens(logp, scored), _scatter_tokens(entropy.detach(), scored)
         return ScoredTokens(logp, entropy, objective.loss(logp) if objective is not None else None)
 
 
-def _scatter_tokens(values: Tensor, sel: Tensor) -> Tensor:
-    shifted = torch.zeros(sel.shape, dtype=values.dtype, device=values.device).masked_scatter(sel, values)
-    return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
+def _scatter_tokens(values: Tensor, scored: Tensor) -> Tensor:
+    return torch.zeros(scored.shape, dtype=values.dtype, device=values.device).masked_scatter(scored, values)
 
 
 def trainable_mask(batch: Batch) -> Tensor:
@@ -158,6 +177,26 @@ def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) ->
     return old
 
 
+def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, budget: int | None,
+                     ranks: Ranks) -> ScoredTokens:
+    """Gradients of one minibatch, accumulated over micro-batches of at most `budget` tokens
+    (svc_learner.packing); its detached log-probs, entropies and loss. Gradients are exchanged
+    between ranks once, on each rank's last micro-batch."""
+    inner = getattr(scorer, "module", scorer)  # the SequenceLogprobs inside DDP
+    groups = packing.micro_batches(packing.lengths(mb.response_mask).tolist(), budget, inner.packs)
+    logp = torch.zeros_like(mb.rollout_logp, dtype=torch.float32)
+    entropy, loss = torch.zeros_like(logp), torch.zeros((), device=logp.device)
+    for i, rows in enumerate(groups):
+        last = i == len(groups) - 1
+        with contextlib.nullcontext() if last or not hasattr(scorer, "no_sync") else scorer.no_sync():
+            index = torch.tensor(rows, device=logp.device)
+            part = scorer(mb.input_ids[index], mb.response_mask[index], objective.select(index), mb.temperature[index])
+            (part.loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
+        logp[index], entropy[index] = part.logp.detach().float(), part.entropy.detach().float()
+        loss = loss + part.loss.detach()
+    return ScoredTokens(logp, entropy, loss)
+
+
 def run_updates(
     scorer: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -182,12 +221,11 @@ def run_updates(
         counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
         objective = TokenObjective.build(old_all[idx], mb.advantages, mask, loss_spec,
                                          Totals(float(counts[0]), float(counts[1])))
-        logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective, mb.temperature)
+        optimizer.zero_grad(set_to_none=True)
+        logp, entropy, loss = forward_backward(scorer, mb, objective, cfg.max_tokens_per_micro_batch, ranks)
         mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
-        optimizer.zero_grad(set_to_none=True)
-        (loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
         drop_empty_grads(params)
         grad_norm = clip_gradients(params, cfg.grad_clip)
         optimizer.step()
@@ -224,5 +262,5 @@ def train_on_batch(
     loss_spec: LossSpec = LossSpec(),
 ) -> dict[str, float]:
     """Optionally recompute old log-probs, run cfg.minibatches updates of loss_spec; return stats."""
-    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
+    scorer = SequenceLogprobs.configured(model, cfg)
     return run_updates(scorer, optimizer, batch, cfg, loss_spec)
