@@ -93,7 +93,10 @@ class Trainer:
         stats = self.update(batch)
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
-        stats = {**batch_stats(selected), "groups_skipped": float(len(skipped)), **stats}
+        # records of `scored` this step consumed (trained, skipped, duplicates): the rollout's step size
+        read = sum(max(0, off - self.state.offsets.get(key, 0)) for key, off in offsets.items())
+        consumed = float(max(read, len(selected) + len(skipped)))
+        stats = {**batch_stats(selected), "groups_consumed": consumed, **stats}
         with self.lock:
             self.state.version += 1
             self.state.step += 1

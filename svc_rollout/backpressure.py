@@ -77,7 +77,7 @@ class Backpressure:
 
     def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
         """A `policy` announcement: the learner's batch, and what its last step consumed."""
-        consumed = stats.get("groups", 0.0) + stats.get("groups_skipped", 0.0)
+        consumed = stats.get("groups_consumed", stats.get("groups", 0.0))
         self.consumed_per_step = consumed if self.consumed_per_step is None else (
             (1 - STEP_SMOOTHING) * self.consumed_per_step + STEP_SMOOTHING * consumed)
         self.batch_groups = max(batch_groups, math.ceil(self.consumed_per_step))

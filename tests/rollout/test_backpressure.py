@@ -62,7 +62,7 @@ class Loop:
 
     def _step(self) -> None:
         consumed = self.read - self.stepped_at
-        self.announced.append({"groups": float(self.held), "groups_skipped": float(consumed - self.held)})
+        self.announced.append({"groups": float(self.held), "groups_consumed": float(consumed)})
         self.committed = self.stepped_at = self.read
         self.held, self.first_held, self.steps = 0, None, self.steps + 1
 
@@ -98,7 +98,7 @@ def test_backpressure_never_deadlocks_and_bounds_the_lead(batch, replicas, skip,
 def test_the_step_size_follows_what_the_learner_consumes():
     bp = Backpressure(None, 1.0, 4, GROUP_SIZE)
     for _ in range(20):
-        bp.learner_step(4, {"groups": 4.0, "groups_skipped": 6.0})
+        bp.learner_step(4, {"groups": 4.0, "groups_consumed": 10.0})
     assert bp.batch_groups == 10  # 4 trained + 6 skipped records of `scored` per step
-    bp.learner_step(4, {"groups": 2.0})  # an idle flush of 2: never below the announced batch
+    bp.learner_step(4, {"groups": 2.0, "groups_consumed": 2.0})  # an idle flush of 2: never below the batch
     assert 4 <= bp.batch_groups <= 10
