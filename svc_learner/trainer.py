@@ -42,8 +42,11 @@ class Trainer:
         self.model = load_trainable(source, cfg.device, cfg.train.dtype)
         self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
         train = cfg.train
-        self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
+        if train.fsdp and ranks.world > 1:
+            raise ValueError("train.fsdp: the learner cannot write checkpoints from sharded parameters and "
+                             "optimizer state yet; use DDP (fsdp: false) for the service")
         self.scorer = wrap_model(self.model, train, ranks)  # DDP under torchrun
+        self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
         self.state = self._initial_state(source)
         if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
             self.current_dir, self.sha = ((self.resumed, checkpoint.weights_sha256(self.resumed))

@@ -25,7 +25,7 @@ state at position t - 1 predicts it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 import torch
@@ -61,6 +61,10 @@ class LearnerConfig(BaseModel):
     max_tokens_per_micro_batch: int | None = Field(
         8192, ge=1, description="tokens per forward/backward (gradients accumulate over a minibatch's micro-"
                                 "batches), transformers models packed without padding; None: whole minibatch")
+    fsdp: bool = Field(False, description="several ranks: shard parameters, gradients and optimizer state "
+                       "(FSDP2 fully_shard per decoder layer) instead of replicating them (DDP)")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in "
+                                           "the backward pass instead of keeping them")
     dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
                               "the LM head stays fp32")
 
@@ -74,6 +78,10 @@ class Ranks:
 
     def sum(self, x: Tensor) -> Tensor:
         """Sum of x over all ranks (identity for one process)."""
+        return x
+
+    def max(self, x: Tensor) -> Tensor:
+        """Maximum of x over all ranks (identity for one process)."""
         return x
 
 
@@ -145,17 +153,23 @@ def trainable_mask(batch: Batch) -> Tensor:
     return mask
 
 
-def drop_empty_grads(params: list[nn.Parameter]) -> None:
+def drop_empty_grads(params: list[nn.Parameter], ranks: Ranks = Ranks()) -> None:
     """A parameter no token reached (an MoE expert nobody routed to) is not stepped.
 
     Single-process autograd leaves its grad None; DDP fills it with zeros, and AdamW would still
     move it by its momentum. Treating all-zero grads as None makes both paths take the same step.
+    Under FSDP each rank holds a shard of each gradient: a parameter counts as reached when any
+    rank's shard is non-zero.
     """
     live = [p for p in params if p.grad is not None]
     if not live:
         return
-    for p, reached in zip(live, torch.stack([p.grad.any() for p in live]).tolist()):  # one device sync
-        if not reached:
+    local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in live]
+    reached = torch.stack([g.any() for g in local])
+    if any(hasattr(p.grad, "to_local") for p in live):
+        reached = ranks.max(reached.int()).bool()
+    for p, hit in zip(live, reached.tolist()):  # one device sync
+        if not hit:
             p.grad = None
 
 
@@ -184,16 +198,24 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
     between ranks once, on each rank's last micro-batch."""
     inner = getattr(scorer, "module", scorer)  # the SequenceLogprobs inside DDP
     groups = packing.micro_batches(packing.lengths(mb.response_mask).tolist(), budget, inner.packs)
+    real = len(groups)
+    if getattr(scorer, "sharded", False):  # FSDP gathers weights in every forward: same count on all ranks
+        count = int(ranks.max(torch.tensor(real, device=mb.input_ids.device)))
+        groups += [groups[-1]] * (count - real)  # repeated with zero weight: collectives only
     logp = torch.zeros_like(mb.rollout_logp, dtype=torch.float32)
     entropy, loss = torch.zeros_like(logp), torch.zeros((), device=logp.device)
     for i, rows in enumerate(groups):
         last = i == len(groups) - 1
         with contextlib.nullcontext() if last or not hasattr(scorer, "no_sync") else scorer.no_sync():
             index = torch.tensor(rows, device=logp.device)
-            part = scorer(mb.input_ids[index], mb.response_mask[index], objective.select(index), mb.temperature[index])
-            (part.loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
-        logp[index], entropy[index] = part.logp.detach().float(), part.entropy.detach().float()
-        loss = loss + part.loss.detach()
+            part_objective = objective.select(index)
+            if i >= real:
+                part_objective = replace(part_objective, token_weight=torch.zeros_like(part_objective.token_weight))
+            part = scorer(mb.input_ids[index], mb.response_mask[index], part_objective, mb.temperature[index])
+            (part.loss * ranks.world).backward()  # DDP/FSDP average gradients over ranks; we want their sum
+        if i < real:
+            logp[index], entropy[index] = part.logp.detach().float(), part.entropy.detach().float()
+            loss = loss + part.loss.detach()
     return ScoredTokens(logp, entropy, loss)
 
 
@@ -226,7 +248,7 @@ def run_updates(
         mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
-        drop_empty_grads(params)
+        drop_empty_grads(params, ranks)
         grad_norm = clip_gradients(params, cfg.grad_clip)
         optimizer.step()
         n_tok = mb_stats["num_tokens"]
