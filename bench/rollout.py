@@ -111,7 +111,7 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
         proc = launch("rollout", run, bootstrap, [
             "--engine", "vllm", "--vllm", f'{{"max_num_seqs": {window * n}}}', "--group-size", str(n),
             "--max-new-tokens", str(tokens), "--early-stop-run", str(NO_TRUNCATION),
-            "--max-inflight-groups", str(window), "--torch-threads", "1"])
+            "--max-inflight-groups", str(window), "--max-ahead-versions", "1e9", "--torch-threads", "1"])
         consumer = KafkaConsumer("rollouts", bootstrap_servers=bootstrap, group_id="bench", auto_offset_reset="earliest",
                                  max_partition_fetch_bytes=8 << 20)
         try:

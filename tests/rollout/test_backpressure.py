@@ -102,3 +102,25 @@ def test_the_step_size_follows_what_the_learner_consumes():
     assert bp.batch_groups == 10  # 4 trained + 6 skipped records of `scored` per step
     bp.learner_step(4, {"groups": 2.0, "groups_consumed": 2.0})  # an idle flush of 2: never below the batch
     assert 4 <= bp.batch_groups <= 10
+
+
+class Uncommitted:
+    """A learner (and reward service) whose consumer groups have not committed yet."""
+
+    reading: tuple[int | None, int | None] = (None, None)
+
+    def lags(self) -> tuple[int | None, int | None]:
+        return self.reading
+
+
+def test_before_the_learner_commits_the_replica_counts_what_it_produced():
+    backlog = Uncommitted()
+    bp = Backpressure(backlog, 0.0, 4, GROUP_SIZE, refresh_s=0.0)
+    bp.refresh()
+    assert bp.room(0) == 4  # one learner batch
+    bp.produced(4)
+    bp.refresh()
+    assert bp.room(0) == 0  # the learner has not taken them yet: wait, however often the lag is read
+    backlog.reading = (0, 1)  # it committed: 1 group left downstream
+    bp.refresh()
+    assert bp.room(1) == 2
