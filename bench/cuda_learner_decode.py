@@ -113,7 +113,8 @@ def main() -> None:
           f"width {width}, {layers} layers, vocab {vocab}; token budget {budget} vs one padded minibatch")
     print("\n| model | micro-batches | s / step | peak GiB | vs padded |")
     print("|---|---|---|---|---|")
-    for name, build in (("hybrid", lambda: hybrid(width, layers, vocab)), ("qwen2", lambda: qwen2(width, layers, vocab))):
+    builders = {"hybrid": lambda: hybrid(width, layers, vocab), "qwen2": lambda: qwen2(width, layers, vocab)}
+    for name, build in builders.items():
         padded = learner_step(build, device, batch, None, 1 if args.quick else 3)
         packed = learner_step(build, device, batch, budget, 1 if args.quick else 3)
         for label, (seconds, peak) in (("one padded minibatch", padded), (f"{budget}-token budget", packed)):

@@ -90,7 +90,9 @@ def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
         fully_shard(scorer, mesh=mesh)  # the root: embeddings, final norm and the head, gathered per forward
         scorer.sharded = True
         return scorer
-    device_ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+    device_ids = None
+    if device.type == "cuda":  # the rank's own GPU (init_distributed set it from LOCAL_RANK)
+        device_ids = [device.index if device.index is not None else torch.cuda.current_device()]
     # MoE routing leaves some experts without tokens in a minibatch: their grads are simply absent
     return DistributedDataParallel(scorer, device_ids=device_ids, find_unused_parameters=True)
 

@@ -35,8 +35,8 @@ from torch import Tensor, nn
 from m1flow import lm
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
-from .batching import Batch
 from . import packing
+from .batching import Batch
 from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
 from .placement import ModelDtype
@@ -112,7 +112,8 @@ class SequenceLogprobs(nn.Module):
 
     @classmethod
     def configured(cls, model: nn.Module, cfg: LearnerConfig) -> SequenceLogprobs:
-        return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss, pack=cfg.max_tokens_per_micro_batch is not None)
+        return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss,
+                   pack=cfg.max_tokens_per_micro_batch is not None)
 
     def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None,
                 temperature: Tensor | None = None) -> ScoredTokens:
