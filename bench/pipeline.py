@@ -32,12 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from m1flow import checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
 from m1flow.demo import rl_lr, warmstart_for  # noqa: E402
+from m1flow.rl.config import AlgorithmConfig  # noqa: E402
+from m1flow.rl.selection import Selected  # noqa: E402
+from m1flow.status import Status  # noqa: E402
 from m1flow.tasks.arith import parse_answer, problems  # noqa: E402
 from m1flow.warmstart import warm_started_policy  # noqa: E402
 from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
-from svc_reward.shaping import group_advantages, is_degenerate  # noqa: E402
 from svc_rollout.engines.base import GroupRequest  # noqa: E402
 
 SERVICES = ("learner", "reward", "rollout")
@@ -55,7 +57,7 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
     engine = build(RolloutConfig(engine=engine_name, batch_groups=batch, group_size=group, device="cpu"))
     engine.load(events.PolicyVersion(version=0, checkpoint_uri=checkpoint.uri_for(policy)))
     model, tokenizer = checkpoint.load_model(policy, trainable=True), checkpoint.load_tokenizer(policy)
-    cfg = train_config(policy)
+    cfg, algorithm = train_config(policy), AlgorithmConfig()
     optimizer = make_optimizer(model.parameters(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     root = Path(tempfile.mkdtemp(prefix="m1flow-bench-inproc-"))
     asked = problems(seed=1, n=steps * batch, max_operand=12)
@@ -72,21 +74,24 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
         while engine.in_flight():
             results += engine.step()
         t_gen = time.perf_counter()
-        groups = []
+        selected = []
         by_key = {r.request.key: r for r in results}
         for i, p in enumerate(part):
             result = by_key[f"{step}-{i}"]
             rewards = [float(parse_answer(engine.decode(s.tokens)) == int(p.answer)) for s in result.samples]
             correct, samples = correct + sum(rewards), samples + len(rewards)
-            g = events.ScoredGroup(group_id=result.request.key, dropped=is_degenerate(rewards))
-            for s, r, a in zip(result.samples, rewards, group_advantages(rewards)):
-                g.samples.add(prompt_token_ids=result.request.prompt_ids, token_ids=s.tokens, logprobs=s.logprobs,
-                              reward=r, advantage=a, status="ok", policy_version=step)
-            groups.append(g)
+            g = events.ScoredGroup(group_id=result.request.key, group_size=len(rewards))
+            for j, (s, r) in enumerate(zip(result.samples, rewards)):
+                g.samples.add(index=j, prompt_token_ids=result.request.prompt_ids, token_ids=s.tokens,
+                              logprobs=s.logprobs, reward=r, status=Status.OK, policy_version=step,
+                              max_new_tokens=window, temperature=1.0, top_p=0.95)
+            outcome = algorithm.select(g, current_version=step)  # the learner's selection and advantages
+            if isinstance(outcome, Selected):
+                selected.append(outcome)
         t_score = time.perf_counter()
-        built = to_batch(groups, pad_id=tokenizer.pad_token_id or 0)
-        if built is not None:
-            train_on_batch(model, optimizer, built, cfg, current_version=step)
+        if selected:
+            built = to_batch(selected, pad_id=tokenizer.pad_token_id or 0)
+            train_on_batch(model, optimizer, built, cfg, algorithm.loss())
         t_train = time.perf_counter()
         state = checkpoint.LearnerState(version=step + 1, step=step + 1)
         directory, sha = checkpoint.save_checkpoint(root, model, tokenizer, optimizer, state)
