@@ -47,6 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from m1flow import chat, checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
 from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
 from m1flow.rl.config import AlgorithmConfig  # noqa: E402
@@ -54,8 +55,7 @@ from m1flow.rl.selection import Selected  # noqa: E402
 from m1flow.rl.shaping import ShapingConfig  # noqa: E402
 from m1flow.status import Status  # noqa: E402
 from m1flow.tasks import arith, chain  # noqa: E402
-from m1flow.tokenizer import CharTokenizer  # noqa: E402
-from m1flow.warmstart import TOKENIZER_FILE, WarmStartConfig, warm_started_policy  # noqa: E402
+from m1flow.warmstart import WarmStartConfig, warm_started_policy  # noqa: E402
 from svc_learner.batching import Batch, to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
@@ -86,24 +86,24 @@ TASKS = {
 }
 
 
-def prompt_ids(tok: CharTokenizer, problem: Problem) -> list[int]:
-    return [tok.bos_id, *tok.encode(problem.text)]
+def prompt_ids(tok, problem: Problem) -> list[int]:
+    return chat.prompt_ids(tok, problem.text)
 
 
-def is_correct(task: Task, tok: CharTokenizer, tokens: list[int], problem: Problem) -> bool:
-    return task.module.parse_answer(tok.decode(tokens)) == int(problem.answer)
+def is_correct(task: Task, tok, tokens: list[int], problem: Problem) -> bool:
+    return task.module.parse_answer(tok.decode(tokens, skip_special_tokens=True)) == int(problem.answer)
 
 
-def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok: CharTokenizer, val: list[Problem]) -> float:
+def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok, val: list[Problem]) -> float:
     hits = 0
     for p in val:
         [c] = sample(model, prompt_ids(tok, p), n=1, max_new_tokens=task.max_new_tokens, temperature=0.0,
-                     eos_id=tok.eos_id)
+                     eos_id=tok.eos_token_id)
         hits += is_correct(task, tok, c.tokens, p)
     return hits / len(val)
 
 
-def scored_group(task: Task, tok: CharTokenizer, problem: Problem, completions, version: int) -> events.ScoredGroup:
+def scored_group(task: Task, tok, problem: Problem, completions, version: int) -> events.ScoredGroup:
     """A group as the reward service writes it: the verifier's reward (1 for a right answer) per sample."""
     ids = prompt_ids(tok, problem)
     group = events.ScoredGroup(group_id=problem.prompt_id, group_size=len(completions))
@@ -120,19 +120,19 @@ def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, ve
     selected = []
     for p in prompts:
         done = sample(model, prompt_ids(tok, p), n=group, max_new_tokens=task.max_new_tokens, temperature=1.0,
-                      top_p=1.0, eos_id=tok.eos_id, generator=gen)
+                      top_p=1.0, eos_id=tok.eos_token_id, generator=gen)
         outcome = algorithm.select(scored_group(task, tok, p, done, version), current_version=version)
         if isinstance(outcome, Selected):
             selected.append(outcome)
     if not selected:
         return None
-    batch = to_batch(selected, tok.pad_id)
+    batch = to_batch(selected, tok.pad_token_id)
     # the learner splits the batch into contiguous minibatches: shuffle so that each one mixes
     # groups (and positive with negative samples), as a large generation batch would
     return batch.select(torch.randperm(len(batch), generator=gen))
 
 
-def run(task: Task, algo: str, seed: int, policy_dir: Path, tok: CharTokenizer, pool: list[Problem],
+def run(task: Task, algo: str, seed: int, policy_dir: Path, tok, pool: list[Problem],
         val: list[Problem], args: argparse.Namespace, start: tuple[float, float]) -> dict:
     torch.manual_seed(seed)
     model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
@@ -192,7 +192,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     t0 = time.time()
     policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy", task.warmstart)
-    tok = CharTokenizer.from_file(policy_dir / TOKENIZER_FILE)
+    tok = checkpoint.load_tokenizer(policy_dir)
     pool = task.module.problems(seed=1_000, n=args.pool, max_operand=args.max_operand, prefix="rl")
     seen = {p.text for p in pool}
     val = [p for p in task.module.problems(seed=777, n=4 * args.val, max_operand=args.max_operand, prefix="val")

@@ -101,7 +101,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _learner_offsets(run_dir: Path) -> dict[str, int]:
-    from svc_learner.checkpoint import latest, load_state
+    from m1flow.checkpoint import latest, load_state
 
     found = latest(run_dir / "learner" / "checkpoints")
     return load_state(found).offsets if found is not None else {}
@@ -158,7 +158,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stack = Stack(args.run_dir, replicas=replicas)
+    from m1flow.demo import warmstart_for
+
+    stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
+                  service_args={"rollout": ["--engine", args.engine]})
     supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
                             say=lambda line: print(line, flush=True))
     print(f"m1flow up: run dir {stack.run_dir}; starting broker and services ...", flush=True)
@@ -217,7 +220,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from m1flow.demo import DemoConfig, run_demo
 
-    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes))
+    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -262,6 +265,7 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--replicas", nargs="*", default=[], help="e.g. reward=2 rollout=2")
     u.add_argument("--keep-broker", action="store_true", help="leave the broker running on exit")
     u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
+    _model_flags(u)
     u.set_defaults(func=cmd_up)
 
     w = sub.add_parser("down", help="stop everything `m1flow up` started under --run-dir")
@@ -291,11 +295,20 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)
+    _model_flags(d)
     d.set_defaults(func=cmd_demo)
 
     from m1flow.cluster import add_parser as add_cluster_parser
     add_cluster_parser(sub)
     return p
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None,
+                   help="a local model directory (config.json, safetensors, tokenizer) to start from; "
+                        "default: a small model warm-started here for the engine")
+    p.add_argument("--engine", choices=["native", "hf", "vllm"], default="native",
+                   help="rollout engine: native (the hybrid model), hf (transformers generate), vllm")
 
 
 def main(argv: list[str] | None = None) -> int:

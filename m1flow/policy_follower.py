@@ -40,14 +40,20 @@ class PolicyFollower:
         if self.wanted is None or policy.version > self.wanted.version:
             self.wanted = policy
 
-    def load_if_due(self, engine: Loader) -> bool:
-        """Load the newest announced policy if it is newer than the engine's; True when it loaded."""
+    def due(self, version: int) -> bool:
+        """Whether a replica holding `version` should load the newest announced policy now (it is
+        newer, and not a version that failed to load less than retry_s ago)."""
         policy = self.wanted
-        if policy is None or policy.version <= engine.version:
+        if policy is None or policy.version <= version:
             return False
         last = self.failed_at.get(policy.version)
-        if last is not None and time.monotonic() - last < self.retry_s:
+        return last is None or time.monotonic() - last >= self.retry_s
+
+    def load_if_due(self, engine: Loader) -> bool:
+        """Load the newest announced policy if it is due (see `due`); True when it loaded."""
+        if not self.due(engine.version):
             return False
+        policy = self.wanted
         try:
             engine.load(policy)
         except Exception as exc:  # noqa: BLE001 - no load failure may stop sampling

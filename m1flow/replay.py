@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from m1flow.policy import LEARNER_CHECKPOINTS, WEIGHTS_FILE, version_dir
+from m1flow.checkpoint import LEARNER_CHECKPOINTS, has_weights, version_dir
 from m1flow.topics_io import read_range
 
 REPLAYS = "replays"
@@ -35,11 +35,11 @@ def replay_args(service: str, bootstrap: str, run_dir: Path, topic: str, group: 
 
 def _existing(run_dir: Path, version: int) -> Path | None:
     path = version_dir(run_dir / LEARNER_CHECKPOINTS, version)
-    return path if (path / WEIGHTS_FILE).exists() else None
+    return path if has_weights(path) else None
 
 
 def _available(run_dir: Path) -> str:
-    found = sorted(p.name for p in (run_dir / LEARNER_CHECKPOINTS).glob("v*") if (p / WEIGHTS_FILE).exists())
+    found = sorted(p.name for p in (run_dir / LEARNER_CHECKPOINTS).glob("v*") if has_weights(p))
     return ", ".join(found) or "none"
 
 

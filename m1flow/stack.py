@@ -15,8 +15,12 @@ from m1flow.warmstart import WarmStartConfig, warm_started_policy
 class Stack:
     def __init__(self, run_dir: str | Path, replicas: dict[str, str | int] | None = None,
                  service_args: dict[str, list[str]] | None = None, run_id: str = "local",
-                 warmstart: WarmStartConfig | None = None, bootstrap: str | None = None) -> None:
+                 warmstart: WarmStartConfig | None = None, bootstrap: str | None = None,
+                 model: str | Path | None = None) -> None:
+        """model: the policy the learner starts from (any local model directory); None: a warm
+        start of `warmstart` (the hybrid model by default)."""
         self.run_dir = Path(run_dir).resolve()
+        self.model = Path(model).resolve() if model is not None else None
         self.replicas = {name: int((replicas or {}).get(name, 1)) for name in SERVICES}
         self.service_args = service_args or {}
         self.run_id = run_id
@@ -32,7 +36,9 @@ class Stack:
         return self.bootstrap
 
     def initial_policy(self) -> Path:
-        """The warm-started policy the learner starts from (cached across runs)."""
+        """The policy the learner starts from: the given model, or a warm start (cached across runs)."""
+        if self.model is not None:
+            return self.model
         dest = self.run_dir / "policy0"
         if not (dest / "done.json").exists():
             warm_started_policy(dest, self.warmstart)

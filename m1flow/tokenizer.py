@@ -1,49 +1,97 @@
-"""A character-level tokenizer built locally with the `tokenizers` library (no downloads).
+"""The project's tokenizer: byte-level BPE trained with `tokenizers` on its own generated corpus.
 
-Why characters: the demo's tiny model must learn arithmetic from a few minutes of CPU training,
-and one token per digit keeps the task learnable and the vocabulary (99 ids) small.
+Byte-level, so any text encodes; digits are split one per token before the merges are learned, so
+numbers are spelled digit by digit and arithmetic stays learnable for a small model; a small
+vocabulary (512 by default) keeps the LM head of the demo's models cheap. Training takes seconds
+and is cached outside the checkout, keyed by everything that determines the result. The saved form
+is Hugging Face's (tokenizer.json + tokenizer_config.json with the chat template of m1flow.chat),
+so AutoTokenizer, vLLM and every engine load it like any model's tokenizer.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import random
+import shutil
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from pydantic import BaseModel, Field
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-CHARS = tuple(chr(c) for c in range(32, 127))
+from m1flow import chat
+from m1flow.tasks import arith, chain
+
+SPECIAL = (chat.PAD, chat.IM_START, chat.IM_END)  # special: dropped when decoding a response
+ADDED = (chat.THINK_START, chat.THINK_END)  # plain added tokens: kept, verifiers read them
 
 
-class CharTokenizer:
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.pad_id = tokenizer.token_to_id("<pad>")
-        self.bos_id = tokenizer.token_to_id("<bos>")
-        self.eos_id = tokenizer.token_to_id("<eos>")
-        self._special_ids = {tokenizer.token_to_id(s) for s in SPECIALS}
+class TokenizerConfig(BaseModel):
+    vocab_size: int = Field(512, ge=len(SPECIAL) + len(ADDED) + 256, description="byte alphabet + merges + specials")
+    corpus_conversations: int = Field(20000, description="generated conversations the merges are learned from")
+    seed: int = 0
 
-    @classmethod
-    def build(cls) -> "CharTokenizer":
-        vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
-        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-        tok.decoder = decoders.Fuse()
-        tok.add_special_tokens(list(SPECIALS))
-        return cls(tok)
 
-    @classmethod
-    def from_file(cls, path: str | Path) -> "CharTokenizer":
-        return cls(Tokenizer.from_file(str(path)))
+def corpus(cfg: TokenizerConfig) -> list[str]:
+    """Rendered conversations of the project's generated tasks, in the chat format policies use."""
+    rng = random.Random(cfg.seed)
+    half = cfg.corpus_conversations // 2
+    pairs = [(p.text, p.answer) for p in arith.problems(seed=cfg.seed, n=half, max_operand=999, ops="+-*")]
+    pairs += [(p.text, p.solution) for p in chain.problems(seed=cfg.seed, n=half)]
+    rng.shuffle(pairs)
+    return [f"{chat.IM_START}user\n{q}{chat.IM_END}\n{chat.IM_START}assistant\n{chat.THINK_START}\n"
+            f"{chat.response_text(a)}{chat.IM_END}\n" for q, a in pairs]
 
-    def save(self, path: str | Path) -> None:
-        self.tokenizer.save(str(path))
 
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
+def train(cfg: TokenizerConfig) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size - len(ADDED), special_tokens=list(SPECIAL),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(cfg), trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])  # never split
+    return tok
 
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode([i for i in ids if i not in self._special_ids],
-                                     skip_special_tokens=True)
+def wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    """The Hugging Face tokenizer around a trained one: end of turn is eos, the chat template set."""
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=chat.IM_END, pad_token=chat.PAD,
+                                   additional_special_tokens=[chat.IM_START])
+    fast.chat_template = chat.CHAT_TEMPLATE
+    return fast
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow"))
+
+
+def _key(cfg: TokenizerConfig) -> str:
+    here = Path(__file__).parent
+    digest = hashlib.sha256(cfg.model_dump_json().encode())
+    for src in (Path(__file__), here / "chat.py", here / "tasks" / "arith.py", here / "tasks" / "chain.py"):
+        digest.update(src.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_dir(cfg: TokenizerConfig | None = None) -> Path:
+    """The directory holding the trained tokenizer's files (trained on first use, then cached)."""
+    cfg = cfg or TokenizerConfig()
+    cached = _cache_root() / f"tokenizer-{_key(cfg)}"
+    if not (cached / "tokenizer_config.json").exists():
+        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        wrap(train(cfg)).save_pretrained(tmp, save_jinja_files=False)
+        shutil.rmtree(cached, ignore_errors=True)
+        try:
+            tmp.rename(cached)
+        except OSError:  # another process got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cached
+
+
+def build_tokenizer(cfg: TokenizerConfig | None = None) -> PreTrainedTokenizerFast:
+    return AutoTokenizer.from_pretrained(tokenizer_dir(cfg))

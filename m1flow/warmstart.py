@@ -1,8 +1,10 @@
 """The cold start: a short supervised pass that turns a random tiny model into a weak solver.
 
 RL needs groups whose rewards differ; a random model never answers right, so every group would be
-dropped and nothing learned. The report warm-starts with long-CoT SFT; we do the same at toy scale.
-The result is cached outside the checkout, keyed by everything that determines it.
+dropped and nothing learned. The report warm-starts with long-CoT SFT; we do the same at toy scale,
+in the chat format policies are sampled in (m1flow.chat), for the project's hybrid model or a
+small transformers architecture (Qwen2, Llama) built locally from a config. The result is a policy
+directory (m1flow.checkpoint), cached outside the checkout, keyed by everything that determines it.
 """
 from __future__ import annotations
 
@@ -12,42 +14,61 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel
+import transformers
+from pydantic import BaseModel, Field
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from m1flow import chat, checkpoint, lm
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
 from m1flow.tasks import arith, chain
-from m1flow.tokenizer import CharTokenizer
+from m1flow.tokenizer import TokenizerConfig, build_tokenizer
 
-TOKENIZER_FILE = "tokenizer.json"
+Arch = Literal["minimax_m1", "qwen2", "llama"]
+
+# Small transformers architectures built from a config (no download): a few layers, width 128.
+TINY_HF = {
+    "qwen2": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=2048, rope_theta=10000.0,
+                  tie_word_embeddings=False, use_sliding_window=False),
+    "llama": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=2048, rope_theta=10000.0,
+                  tie_word_embeddings=False),
+}
 
 
 class WarmStartConfig(BaseModel):
     seed: int = 0
+    arch: Arch = Field("minimax_m1", description="minimax_m1: the project's hybrid model; qwen2, llama: transformers'")
     steps: int = 300
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float | None = Field(None, description="None: 3e-3 for the hybrid model (its post-norm blocks take it), "
+                                              "1e-3 for the transformers architectures")
     max_operand: int = 12
     ops: str = "+-"
     label_noise: float = 0.5
     model_overrides: dict = {}
     task: Literal["arith", "chain"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    tokenizer: TokenizerConfig = TokenizerConfig()
 
 
-def encode_example(tok: CharTokenizer, prompt: str, answer: str) -> tuple[list[int], int]:
-    """Token ids of bos+prompt+answer+eos, and how many leading ids are prompt (not trained on)."""
-    prompt_ids = [tok.bos_id, *tok.encode(prompt)]
-    return prompt_ids + tok.encode(answer) + [tok.eos_id], len(prompt_ids)
+def encode_example(tok: Any, prompt: str, answer: str) -> tuple[list[int], int]:
+    """Token ids of the chat prompt + response + end of turn, and how many leading ids are prompt
+    (not trained on)."""
+    prompt_ids = chat.prompt_ids(tok, prompt)
+    response = tok.encode(chat.response_text(answer), add_special_tokens=False)
+    return prompt_ids + response + [tok.eos_token_id], len(prompt_ids)
 
 
-def sft_step_batch(tok: CharTokenizer, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_step_batch(tok: Any, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded inputs and per-position targets (-100 where no loss is taken)."""
     encoded = [encode_example(tok, p, a) for p, a in pairs]
     width = max(len(ids) for ids, _ in encoded)
-    inputs = torch.full((len(encoded), width), tok.pad_id, dtype=torch.long)
+    inputs = torch.full((len(encoded), width), tok.pad_token_id, dtype=torch.long)
     targets = torch.full((len(encoded), width), -100, dtype=torch.long)
     for row, (ids, n_prompt) in enumerate(encoded):
         inputs[row, : len(ids)] = torch.tensor(ids)
@@ -68,7 +89,7 @@ def noisy_answer(answer: str, rng: random.Random, noise: float) -> str:
 
 
 def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]:
-    """(prompt, noisy target response) for every SFT example of the chosen task, in training order."""
+    """(prompt, noisy target answer) for every SFT example of the chosen task, in training order."""
     n, seed = cfg.steps * cfg.batch_size, 10_000 + cfg.seed
     if cfg.task == "chain":
         chains = chain.problems(seed=seed, n=n, max_operand=cfg.max_operand, prefix="sft")
@@ -79,33 +100,46 @@ def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]
     return [(p.text, noisy_answer(p.answer, rng, cfg.label_noise)) for p in data]
 
 
-def supervised_finetune(model: MiniMaxM1ForCausalLM, tok: CharTokenizer, cfg: WarmStartConfig) -> list[float]:
+def supervised_finetune(model: nn.Module, tok: Any, cfg: WarmStartConfig) -> list[float]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    lr = cfg.lr or (3e-3 if cfg.arch == "minimax_m1" else 1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     pairs = sft_pairs(cfg, rng)
     model.train()
     for step in range(cfg.steps):
         inputs, targets = sft_step_batch(tok, pairs[step * cfg.batch_size : (step + 1) * cfg.batch_size])
-        logits = model(inputs)
+        logits = lm.logits(model, inputs)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for group in optimizer.param_groups:  # linear decay: ends on a stable, not-too-sharp policy
-            group["lr"] = cfg.lr * (1 - step / cfg.steps)
+            group["lr"] = lr * (1 - step / cfg.steps)
         optimizer.step()
         losses.append(loss.item())
     model.eval()
     return losses
 
 
-def build_model(tok: CharTokenizer, cfg: WarmStartConfig) -> MiniMaxM1ForCausalLM:
+def vocab_for(tok: Any) -> int:
+    """The tokenizer's size rounded up to a multiple of 64 (the LM head's rows; kernels like it)."""
+    return -(-len(tok) // 64) * 64
+
+
+def build_model(tok: Any, cfg: WarmStartConfig) -> nn.Module:
+    """A freshly initialised model of the configured architecture for this tokenizer."""
     torch.manual_seed(cfg.seed)
-    config = MiniMaxM1Config.tiny(vocab_size=tok.vocab_size, bos_token_id=tok.bos_id,
-                                  eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, **cfg.model_overrides)
-    return MiniMaxM1ForCausalLM(config)
+    ids = dict(vocab_size=vocab_for(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id)
+    if cfg.arch == "minimax_m1":
+        return MiniMaxM1ForCausalLM(MiniMaxM1Config.tiny(**ids, **cfg.model_overrides))
+    fields = {**TINY_HF[cfg.arch], **ids, **cfg.model_overrides}
+    if cfg.arch == "qwen2":  # transformers checks the per-layer attention kinds against the layer count
+        fields.setdefault("layer_types", ["full_attention"] * fields["num_hidden_layers"])
+    config = AutoConfig.for_model(cfg.arch, **fields)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 def _cache_root() -> Path:
@@ -113,27 +147,28 @@ def _cache_root() -> Path:
 
 
 def _key(cfg: WarmStartConfig) -> str:
-    sources = [Path(__file__), Path(__file__).parent / "tasks" / f"{cfg.task}.py",
-               *sorted((Path(__file__).parent / "model").glob("*.py")),
-               *sorted((Path(__file__).parents[1] / "kernels" / "lightning_attn").glob("*.py"))]
+    here = Path(__file__).parent
+    sources = [Path(__file__), here / "chat.py", here / "lm.py", here / "tokenizer.py", here / "checkpoint.py",
+               here / "tasks" / f"{cfg.task}.py", *sorted((here / "model").glob("*.py")),
+               *sorted((here.parent / "kernels" / "lightning_attn").glob("*.py"))]
     digest = hashlib.sha256(cfg.model_dump_json().encode())
+    digest.update(f"transformers {transformers.__version__} torch {torch.__version__}".encode())
     for src in sources:
         digest.update(src.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def warm_started_policy(dest: str | Path, cfg: WarmStartConfig | None = None) -> Path:
-    """Write the warm-started checkpoint (model + tokenizer) to `dest`, training it only once per config."""
+    """Write the warm-started policy directory to `dest`, training it only once per config."""
     cfg = cfg or WarmStartConfig()
-    cached = _cache_root() / f"warmstart-{_key(cfg)}"
+    cached = _cache_root() / f"warmstart-{cfg.arch}-{_key(cfg)}"
     if not (cached / "done.json").exists():
         tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        tok = CharTokenizer.build()
+        tok = build_tokenizer(cfg.tokenizer)
         model = build_model(tok, cfg)
         losses = supervised_finetune(model, tok, cfg)
-        model.save_pretrained(tmp)
-        tok.save(tmp / TOKENIZER_FILE)
+        checkpoint.save_policy(tmp, model, tok)
         (tmp / "done.json").write_text(json.dumps({"final_loss": losses[-1], **cfg.model_dump()}))
         if not (cached / "done.json").exists():
             shutil.rmtree(cached, ignore_errors=True)

@@ -26,12 +26,20 @@ class Batch:
     advantages: Tensor  # [N]
     policy_version: Tensor  # [N] long, version of the policy that sampled it
     group_ids: Tensor  # [N] long, index of its group in the batch
+    temperature: Tensor | None = None  # [N] the temperature each was sampled at (None: all 1.0)
+
+    def __post_init__(self) -> None:
+        if self.temperature is None:
+            self.temperature = torch.ones(len(self))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, index: Tensor) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Batch(**{f.name: getattr(self, f.name)[index.to(self.input_ids.device)] for f in fields(self)})
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
 
 def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
@@ -61,7 +69,8 @@ def to_batch(selected: Sequence[Selected], pad_id: int = 0) -> Batch:
         input_ids=input_ids, response_mask=mask, rollout_logp=logp,
         advantages=torch.tensor([adv for _, _, adv in rows], dtype=torch.float32),
         policy_version=torch.tensor([s.policy_version for _, s, _ in rows], dtype=torch.long),
-        group_ids=torch.tensor([gi for gi, _, _ in rows], dtype=torch.long))
+        group_ids=torch.tensor([gi for gi, _, _ in rows], dtype=torch.long),
+        temperature=torch.tensor([s.temperature or 1.0 for _, s, _ in rows], dtype=torch.float32))
 
 
 def batch_stats(selected: Sequence[Selected]) -> dict[str, float]:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from m1flow.policy import LEARNER_CHECKPOINTS
+from m1flow.checkpoint import LEARNER_CHECKPOINTS
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
 from svc_learner.update import LearnerConfig
@@ -25,6 +25,7 @@ class LearnerServiceConfig(ServiceConfig):
     checkpoint_grace_s: float = Field(60.0, ge=0, description="a superseded checkpoint stays this long for readers")
     seed: int = 0
     torch_threads: int = 1
+    device: str = Field("auto", description="auto (the local CUDA device where present, else cpu), cpu, cuda:N")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig,
                                        description="advantage estimator, policy loss, selection, shaping")
     train: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=2e-4, minibatches=2),

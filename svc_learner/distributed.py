@@ -2,8 +2,10 @@
 
 Rank 0 selects and builds each batch and broadcasts it; every rank takes a strided share of each
 minibatch, so global minibatch j holds the same samples for any world size. Gradients are
-summed across ranks by DDP (gloo on CPU, NCCL on GPU), and the loss of each rank is normalised by
-the global token / response counts, so one distributed update equals the single-process update.
+summed across ranks by DDP (gloo on CPU, NCCL on GPU; the model on the rank's own GPU), or
+reduce-scattered by FSDP2 (`train.fsdp`: parameters, gradients and optimizer state sharded per
+decoder layer), and the loss of each rank is normalised by the global token / response counts, so
+one distributed update equals the single-process update.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .batching import Batch
 from .update import LearnerConfig, Ranks, SequenceLogprobs
@@ -27,6 +30,11 @@ class ProcessGroupRanks(Ranks):
     def sum(self, x: Tensor) -> Tensor:
         out = x.clone()
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def max(self, x: Tensor) -> Tensor:
+        out = x.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
         return out
 
 
@@ -63,13 +71,49 @@ def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
 
 
 def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
-    """The scorer the update runs on: DDP around SequenceLogprobs when there are several ranks."""
-    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
+    """The scorer the update runs on: SequenceLogprobs, with activation checkpointing if asked;
+    around it DDP, or FSDP2 (each decoder layer, then the scorer, sharded) when there are several ranks."""
+    if cfg.activation_checkpointing:
+        for layer in decoder_layers(model):
+            checkpoint_activations(layer)
+    scorer = SequenceLogprobs.configured(model, cfg)
     if ranks.world == 1:
         return scorer
-    device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
+    device = next(model.parameters()).device
+    if cfg.fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (ranks.world,))
+        for layer in decoder_layers(model):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(scorer, mesh=mesh)  # the root: embeddings, final norm and the head, gathered per forward
+        scorer.sharded = True
+        return scorer
+    device_ids = None
+    if device.type == "cuda":  # the rank's own GPU (init_distributed set it from LOCAL_RANK)
+        device_ids = [device.index if device.index is not None else torch.cuda.current_device()]
     # MoE routing leaves some experts without tokens in a minibatch: their grads are simply absent
     return DistributedDataParallel(scorer, device_ids=device_ids, find_unused_parameters=True)
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of a transformers causal LM or the hybrid model (`model.layers` of both)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (expected model.layers)")
+    return list(layers)
+
+
+def checkpoint_activations(layer: nn.Module) -> None:
+    """Recompute the layer's activations in backward (non-reentrant checkpoint around its forward).
+    The module itself stays as it is, so parameter names and checkpoints do not change."""
+    inner = layer.forward
+
+    def forward(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return activation_checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+    layer.forward = forward
 
 
 def broadcast_batch(batch: Batch | None) -> None:

@@ -28,4 +28,5 @@ def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float | None)
     if not grads:
         return 0.0
     limit = float("inf") if max_norm is None else max_norm
-    return float(torch.nn.utils.clip_grad_norm_(grads, limit))
+    norm = torch.nn.utils.clip_grad_norm_(grads, limit)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: a sharded norm

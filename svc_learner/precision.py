@@ -14,8 +14,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .logprobs import token_logprobs
-
 HeadDtype = Literal["fp32", "bf16"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -24,18 +22,6 @@ def cast_head(hidden: Tensor, weight: Tensor, head_dtype: HeadDtype = "fp32") ->
     """Hidden states and head weight in the precision the head matmul runs in (differentiable casts)."""
     dtype = _DTYPES[head_dtype]
     return hidden.to(dtype), weight.to(dtype)
-
-
-def head_logprobs(
-    hidden: Tensor,
-    weight: Tensor,
-    targets: Tensor,
-    head_dtype: HeadDtype = "fp32",
-    chunk_size: int | None = None,
-    return_entropy: bool = False,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Sampled-token log-probs with the head matmul run in head_dtype (inputs cast, logits fp32)."""
-    return token_logprobs(*cast_head(hidden, weight, head_dtype), targets, chunk_size, return_entropy)
 
 
 def correlation_moments(train_logp: Tensor, infer_logp: Tensor, mask: Tensor) -> Tensor:

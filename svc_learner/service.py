@@ -19,8 +19,8 @@ from prometheus_client import Counter as PromCounter
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
+from m1flow.checkpoint import uri_for
 from m1flow.contracts import events, rpc, rpc_grpc
-from m1flow.policy import uri_for
 from m1flow.rl.filling import BatchFiller
 from m1flow.rl.selection import Skipped
 from m1flow.runtime.service import Service

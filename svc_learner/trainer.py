@@ -10,17 +10,16 @@ from pathlib import Path
 
 import torch
 
+from m1flow import checkpoint
 from m1flow.bus import codec
+from m1flow.checkpoint import uri_for
 from m1flow.contracts import events
-from m1flow.model import MiniMaxM1ForCausalLM
-from m1flow.policy import uri_for
 from m1flow.rl.selection import Selected, Skipped
-from m1flow.warmstart import TOKENIZER_FILE
-from svc_learner import checkpoint
 from svc_learner.batching import Batch, batch_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
 from svc_learner.optim import make_optimizer
+from svc_learner.placement import load_trainable
 from svc_learner.update import Ranks, run_updates
 
 log = logging.getLogger(__name__)
@@ -39,12 +38,15 @@ class Trainer:
         source = self.resumed or cfg.init_checkpoint
         if source is None:
             raise RuntimeError(f"no learner checkpoint in {self.root} and no --init-checkpoint to start from")
-        self.model = MiniMaxM1ForCausalLM.from_pretrained(source)  # hidden_states(ids) and lm_head.weight
-        self.model.train()
-        self.tokenizer_json = (source / TOKENIZER_FILE).read_text()  # kept: old checkpoints rotate away
+        # any causal LM directory (m1flow.lm), on its device (the local GPU under torchrun) before DDP
+        self.model = load_trainable(source, cfg.device, cfg.train.dtype)
+        self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
         train = cfg.train
-        self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
+        if train.fsdp and ranks.world > 1:
+            raise ValueError("train.fsdp: the learner cannot write checkpoints from sharded parameters and "
+                             "optimizer state yet; use DDP (fsdp: false) for the service")
         self.scorer = wrap_model(self.model, train, ranks)  # DDP under torchrun
+        self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
         self.state = self._initial_state(source)
         if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
             self.current_dir, self.sha = ((self.resumed, checkpoint.weights_sha256(self.resumed))
@@ -74,8 +76,8 @@ class Trainer:
         return None if replay else {}
 
     def _save(self) -> tuple[Path, str]:
-        return checkpoint.save(self.root, self.model, self.optimizer, self.state, self.tokenizer_json,
-                               keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
+        return checkpoint.save_checkpoint(self.root, self.model, self.tokenizer, self.optimizer, self.state,
+                                          keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
     def update(self, batch: Batch) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
@@ -94,7 +96,10 @@ class Trainer:
         stats = self.update(batch)
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
-        stats = {**batch_stats(selected), **stats}
+        # records of `scored` this step consumed (trained, skipped, duplicates): the rollout's step size
+        read = sum(max(0, off - self.state.offsets.get(key, 0)) for key, off in offsets.items())
+        consumed = float(max(read, len(selected) + len(skipped)))
+        stats = {**batch_stats(selected), "groups_consumed": consumed, **stats}
         with self.lock:
             self.state.version += 1
             self.state.step += 1
@@ -112,7 +117,8 @@ class Trainer:
             header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
                                 message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
             version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
-            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()})
+            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
+            batch_groups=self.cfg.batch_groups)
 
 
 def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:

@@ -5,7 +5,17 @@ moved away from the one that sampled the tokens, which is what the clipped IS we
 trust-region mask (GRPO/DAPO) handles. The batch arrives selected and built (m1flow.rl.selection,
 svc_learner.batching); the loss is m1flow.rl.objectives'. This module knows nothing of Kafka.
 
-The model is anything with hidden_states(input_ids) -> [N, T, D] and lm_head.weight [V, D].
+The model is any causal LM m1flow.lm supports: the hybrid model or a transformers one (Qwen2,
+Llama, ...), whose logits are its final hidden states times the LM head (run here in fp32).
+
+Which log-probs: those of the temperature the sample was drawn at, softmax(logits / T) over the
+whole vocabulary. The engines report their log-probs under the distribution they sampled from,
+temperature *and* top-p nucleus renormalised (m1flow.sampling). The temperature is applied here
+too (it is differentiable, and it is the policy's own distribution at that temperature); the nucleus
+is not: it is a per-token, non-differentiable cut of the vocabulary, and off-policy a sampled
+token may fall outside the learner's nucleus (log-prob -inf). The two therefore differ by the log
+of the nucleus mass, at most -log(top_p) nats per token (0.051 at the default 0.95), and equal with
+top_p = 1. `old_logp_source: recompute` takes the old log-probs from this same computation.
 
 Alignment convention: every [N, T] tensor is indexed like input_ids. rollout_logp[:, t] is the
 inference-mode log-prob of token input_ids[:, t] (0 on prompt and padding); the model's hidden
@@ -14,18 +24,23 @@ state at position t - 1 predicts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
+from m1flow import lm
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
+
+from . import packing
 from .batching import Batch
-from .logprobs import fused_head_loss
+from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
-from .precision import HeadDtype, cast_head, correlation_moments, head_logprobs, pearson_from_moments
+from .placement import ModelDtype
+from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_moments
 
 
 class LearnerConfig(BaseModel):
@@ -43,6 +58,15 @@ class LearnerConfig(BaseModel):
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
     fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
+    max_tokens_per_micro_batch: int | None = Field(
+        8192, ge=1, description="tokens per forward/backward (gradients accumulate over a minibatch's micro-"
+                                "batches), transformers models packed without padding; None: whole minibatch")
+    fsdp: bool = Field(False, description="several ranks: shard parameters, gradients and optimizer state "
+                       "(FSDP2 fully_shard per decoder layer) instead of replicating them (DDP)")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in "
+                                           "the backward pass instead of keeping them")
+    dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
+                              "the LM head stays fp32")
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,10 @@ class Ranks:
         """Sum of x over all ranks (identity for one process)."""
         return x
 
+    def max(self, x: Tensor) -> Tensor:
+        """Maximum of x over all ranks (identity for one process)."""
+        return x
+
 
 class ScoredTokens(NamedTuple):
     """[N, T] log-probs and entropies aligned with input_ids (0 off the response), and the loss if asked."""
@@ -66,7 +94,7 @@ class ScoredTokens(NamedTuple):
 
 
 class SequenceLogprobs(nn.Module):
-    """Wraps a model exposing hidden_states(input_ids) and lm_head.weight into [N, T] token log-probs.
+    """Wraps a causal LM (m1flow.lm: the hybrid model or a transformers one) into [N, T] token log-probs.
 
     Given a TokenObjective it also returns the loss, through the fused head when `fused` (the
     gradient is then formed chunk by chunk in the forward pass). An nn.Module so that
@@ -74,30 +102,49 @@ class SequenceLogprobs(nn.Module):
     """
 
     def __init__(self, model: nn.Module, head_dtype: HeadDtype = "fp32", chunk_size: int | None = None,
-                 fused: bool = True):
+                 fused: bool = True, pack: bool = False):
         super().__init__()
         self.model = model
         self.head_dtype = head_dtype
         self.chunk_size = chunk_size
         self.fused = fused
+        self.packs = pack and packing.can_pack(model)
 
-    def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None) -> ScoredTokens:
-        hidden = self.model.hidden_states(input_ids)[:, :-1]
+    @classmethod
+    def configured(cls, model: nn.Module, cfg: LearnerConfig) -> SequenceLogprobs:
+        return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss,
+                   pack=cfg.max_tokens_per_micro_batch is not None)
+
+    def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None,
+                temperature: Tensor | None = None) -> ScoredTokens:
+        """Rows are cut to the longest real one (packed into one row when `packs`); outputs keep [N, T]."""
+        n, full = input_ids.shape
+        row_lengths = packing.lengths(response_mask)
+        width = int(row_lengths.max())
+        input_ids, response_mask = input_ids[:, :width], response_mask[:, :width]
+        if self.packs:
+            hidden = packing.packed_hidden_states(self.model, input_ids, row_lengths)[:, :-1]
+        else:
+            hidden = lm.hidden_states(self.model, input_ids)[:, :-1]
         sel = response_mask[:, 1:].bool()
-        weight, targets = self.model.lm_head.weight, input_ids[:, 1:][sel]
+        scored = torch.zeros(n, full, dtype=torch.bool, device=sel.device)
+        scored[:, 1:width] = sel  # the tokens scored, in the caller's [N, T] layout
+        weight, targets = lm.head_weight(self.model), input_ids[:, 1:][sel]
+        h, w = cast_head(hidden[sel], weight, self.head_dtype)
+        if temperature is not None and bool((temperature != 1).any()):
+            # logits / T == (h / T) @ w.T: the distribution the engine sampled from (see module doc)
+            h = h / temperature.to(h.device, h.dtype)[:, None].expand(sel.shape)[sel][:, None]
         if objective is not None and self.fused:
-            flat = objective.select(torch.cat([torch.zeros_like(sel[:, :1]), sel], dim=1))
-            h, w = cast_head(hidden[sel], weight, self.head_dtype)
+            flat = objective.select(scored)
             loss, logp, entropy = fused_head_loss(h, w, targets, flat.coefficients, self.chunk_size, return_entropy=True)
-            return ScoredTokens(_scatter_tokens(logp, sel), _scatter_tokens(entropy, sel), loss)
-        logp, entropy = head_logprobs(hidden[sel], weight, targets, self.head_dtype, self.chunk_size, return_entropy=True)
-        logp, entropy = _scatter_tokens(logp, sel), _scatter_tokens(entropy.detach(), sel)
+            return ScoredTokens(_scatter_tokens(logp, scored), _scatter_tokens(entropy, scored), loss)
+        logp, entropy = token_logprobs(h, w, targets, self.chunk_size, return_entropy=True)
+        logp, entropy = _scatter_tokens(logp, scored), _scatter_tokens(entropy.detach(), scored)
         return ScoredTokens(logp, entropy, objective.loss(logp) if objective is not None else None)
 
 
-def _scatter_tokens(values: Tensor, sel: Tensor) -> Tensor:
-    shifted = torch.zeros(sel.shape, dtype=values.dtype, device=values.device).masked_scatter(sel, values)
-    return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
+def _scatter_tokens(values: Tensor, scored: Tensor) -> Tensor:
+    return torch.zeros(scored.shape, dtype=values.dtype, device=values.device).masked_scatter(scored, values)
 
 
 def trainable_mask(batch: Batch) -> Tensor:
@@ -107,17 +154,23 @@ def trainable_mask(batch: Batch) -> Tensor:
     return mask
 
 
-def drop_empty_grads(params: list[nn.Parameter]) -> None:
+def drop_empty_grads(params: list[nn.Parameter], ranks: Ranks = Ranks()) -> None:
     """A parameter no token reached (an MoE expert nobody routed to) is not stepped.
 
     Single-process autograd leaves its grad None; DDP fills it with zeros, and AdamW would still
     move it by its momentum. Treating all-zero grads as None makes both paths take the same step.
+    Under FSDP each rank holds a shard of each gradient: a parameter counts as reached when any
+    rank's shard is non-zero.
     """
     live = [p for p in params if p.grad is not None]
     if not live:
         return
-    for p, reached in zip(live, torch.stack([p.grad.any() for p in live]).tolist()):  # one device sync
-        if not reached:
+    local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in live]
+    reached = torch.stack([g.any() for g in local])
+    if any(hasattr(p.grad, "to_local") for p in live):
+        reached = ranks.max(reached.int()).bool()
+    for p, hit in zip(live, reached.tolist()):  # one device sync
+        if not hit:
             p.grad = None
 
 
@@ -135,8 +188,36 @@ def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) ->
     old = torch.zeros_like(batch.rollout_logp, dtype=torch.float32)
     with torch.no_grad():
         for idx in parts:
-            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx])[0]
+            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx], None, batch.temperature[idx])[0]
     return old
+
+
+def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, budget: int | None,
+                     ranks: Ranks) -> ScoredTokens:
+    """Gradients of one minibatch, accumulated over micro-batches of at most `budget` tokens
+    (svc_learner.packing); its detached log-probs, entropies and loss. Gradients are exchanged
+    between ranks once, on each rank's last micro-batch."""
+    inner = getattr(scorer, "module", scorer)  # the SequenceLogprobs inside DDP
+    groups = packing.micro_batches(packing.lengths(mb.response_mask).tolist(), budget, inner.packs)
+    real = len(groups)
+    if getattr(scorer, "sharded", False):  # FSDP gathers weights in every forward: same count on all ranks
+        count = int(ranks.max(torch.tensor(real, device=mb.input_ids.device)))
+        groups += [groups[-1]] * (count - real)  # repeated with zero weight: collectives only
+    logp = torch.zeros_like(mb.rollout_logp, dtype=torch.float32)
+    entropy, loss = torch.zeros_like(logp), torch.zeros((), device=logp.device)
+    for i, rows in enumerate(groups):
+        last = i == len(groups) - 1
+        with contextlib.nullcontext() if last or not hasattr(scorer, "no_sync") else scorer.no_sync():
+            index = torch.tensor(rows, device=logp.device)
+            part_objective = objective.select(index)
+            if i >= real:
+                part_objective = replace(part_objective, token_weight=torch.zeros_like(part_objective.token_weight))
+            part = scorer(mb.input_ids[index], mb.response_mask[index], part_objective, mb.temperature[index])
+            (part.loss * ranks.world).backward()  # DDP/FSDP average gradients over ranks; we want their sum
+        if i < real:
+            logp[index], entropy[index] = part.logp.detach().float(), part.entropy.detach().float()
+            loss = loss + part.loss.detach()
+    return ScoredTokens(logp, entropy, loss)
 
 
 def run_updates(
@@ -151,6 +232,7 @@ def run_updates(
     parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
         return {"updates": 0}
+    batch = batch.to(next(scorer.parameters()).device)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     recompute = cfg.old_logp_source == "recompute"
     old_all = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
@@ -162,13 +244,12 @@ def run_updates(
         counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
         objective = TokenObjective.build(old_all[idx], mb.advantages, mask, loss_spec,
                                          Totals(float(counts[0]), float(counts[1])))
-        logp, entropy, loss = scorer(mb.input_ids, mb.response_mask, objective)
+        optimizer.zero_grad(set_to_none=True)
+        logp, entropy, loss = forward_backward(scorer, mb, objective, cfg.max_tokens_per_micro_batch, ranks)
         mb_stats = policy_stats(logp, objective, mask, entropy)
         if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
             corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
-        optimizer.zero_grad(set_to_none=True)
-        (loss * ranks.world).backward()  # DDP averages gradients over ranks; we want their sum
-        drop_empty_grads(params)
+        drop_empty_grads(params, ranks)
         grad_norm = clip_gradients(params, cfg.grad_clip)
         optimizer.step()
         n_tok = mb_stats["num_tokens"]
@@ -180,7 +261,8 @@ def run_updates(
         local = torch.cat(parts)
         corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
     keys = sorted(sums)
-    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]))
+    device = batch.input_ids.device  # one device for the reduction (NCCL reduces CUDA tensors only)
+    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=device) for k in keys]))
     reduced = dict(zip(keys, totals.tolist()))
     n_tok = max(reduced["num_tokens"], 1.0)
     out: dict[str, float] = {"updates": len(parts)}
@@ -203,5 +285,5 @@ def train_on_batch(
     loss_spec: LossSpec = LossSpec(),
 ) -> dict[str, float]:
     """Optionally recompute old log-probs, run cfg.minibatches updates of loss_spec; return stats."""
-    scorer = SequenceLogprobs(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss)
+    scorer = SequenceLogprobs.configured(model, cfg)
     return run_updates(scorer, optimizer, batch, cfg, loss_spec)

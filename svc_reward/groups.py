@@ -86,7 +86,7 @@ def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredG
             rollout_id=rollout.rollout_id, index=rollout.index, **verdict_fields(res),
             policy_version=rollout.policy_version, prompt_token_ids=rollout.prompt_token_ids,
             token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason,
-            max_new_tokens=rollout.max_new_tokens)
+            max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
     return scored
 
 

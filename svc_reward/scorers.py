@@ -119,7 +119,7 @@ def build_judge(cfg: RewardConfig) -> Judge | None:
     if cfg.genrm_judge == "openai":
         return genrm.OpenAIJudge(cfg.genrm_openai)
     if cfg.genrm_judge == "native":
-        from m1flow.policy import load_policy
+        from m1flow.checkpoint import load_policy
 
         checkpoint = cfg.genrm_checkpoint
         if not checkpoint:

@@ -1,22 +1,37 @@
 """Settings of the rollout service."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from m1flow.runtime.config import ServiceConfig
+from svc_rollout.engines.vllm_engine import VllmSettings
 
 
 class RolloutConfig(ServiceConfig):
     """svc_rollout: samples G completions per prompt with the current policy."""
 
+    engine: Literal["native", "hf", "vllm"] = Field(
+        "native", description="native: the hybrid model's own decoding; hf: transformers generate; vllm: production")
+    device: str = Field("auto", description="native/hf engines: auto (CUDA where present), cpu, cuda:N")
     group_size: int = Field(8, description="completions per prompt when the prompt does not say")
-    max_new_tokens: int = Field(8, description="output window until `control` sets another")
+    max_new_tokens: int = Field(8, description="output window until `control` sets another (new requests only)")
     temperature: float = 1.0
     top_p: float = 0.95
-    early_stop_run: int = Field(3000, description="stop after this many consecutive near-certain tokens")
-    early_stop_prob: float = 0.99
-    max_ahead_groups: int = Field(32, description="pause after this many groups on one policy version")
+    early_stop_run: int = Field(3000, ge=1, description="stop after this many consecutive near-certain tokens")
+    early_stop_prob: float = Field(0.99, ge=0.5, lt=1.0, description="'near-certain': drawn with probability above this")
+    max_inflight_groups: int = Field(64, ge=1, description="groups admitted into the engine at once")
+    batch_groups: int = Field(8, ge=1, description="native/hf: groups decoded together per step")
+    engine_slice_s: float = Field(0.05, ge=0, description="engine steps run back to back before Kafka is served again")
+    max_ahead_versions: float = Field(
+        1.0, ge=0, description="pause while the groups not yet trained on exceed this many learner steps beyond "
+                               "the one the learner can already take")
+    learner_batch_groups: int = Field(16, ge=1, description="groups per learner step until `policy` announces it")
+    reward_group: str = Field("m1flow-reward", description="consumer group of the reward service (its lag counts)")
+    learner_group: str = Field("m1flow-learner", description="consumer group of the learner (its lag counts)")
     policy_retry_s: float = Field(5.0, description="retry a policy that failed to load after this long")
     pinned_policy: str = Field("", description="replay: sample with this checkpoint URI only, not `policy`'s")
     pinned_policy_version: int = Field(0, ge=0, description="the version of pinned_policy (stamped on rollouts)")
     torch_threads: int = 1
+    vllm: VllmSettings = Field(default_factory=VllmSettings)

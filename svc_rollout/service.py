@@ -1,8 +1,18 @@
-"""svc_rollout: prompts in, one Rollout per completion out, tagged with the policy that sampled it."""
+"""svc_rollout: prompts in, one Rollout per completion out, tagged with the policy that sampled it.
+
+Prompts are admitted into the engine as they arrive (each held uncommitted until its group is
+out), and the engine is stepped from the service loop, so many groups are in flight at once and
+their rollouts leave as each finishes. A new policy is loaded once the groups in flight have
+finished (admission stops meanwhile), so a group never mixes versions. Admission also stops while
+`control` says pause and while the rollouts run too far ahead of the learner (backpressure).
+"""
 from __future__ import annotations
 
 import logging
+import queue
 import time
+import uuid
+from concurrent.futures import Future
 
 import grpc
 import torch
@@ -11,27 +21,37 @@ from kafka.errors import KafkaError
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
-from m1flow.policy_follower import PolicyFollower
 from m1flow.contracts import events, rpc, rpc_grpc
-from m1flow.policy import seed_for
+from m1flow.policy_follower import PolicyFollower
 from m1flow.runtime import logs
 from m1flow.runtime.service import Service
+from m1flow.sampling import seed_for
+from svc_rollout import engines, metrics
+from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.config import RolloutConfig
-from svc_rollout.engine import FINISH, NativeEngine
+from svc_rollout.engines import GroupRequest, GroupResult
 
 log = logging.getLogger(__name__)
+RPC_PREFIX = "rpc/"
+METRIC_EVERY_S = 10.0
 
 
 class PromptHandler(HandlerBase):
     topics = (PROMPTS,)
+    dead_letter_errors = (ValueError,)  # a prompt the engine refuses; an engine failure stops the service
 
     def __init__(self, service: "RolloutService") -> None:
         self.service = service
 
     def handle(self, prompt: events.Prompt, record: Record, ctx: Context) -> None:
-        for rollout in self.service.rollouts_for(prompt):
-            ctx.emit(ROLLOUTS, rollout.group_id, rollout)
-        self.service.groups_on_version += 1
+        self.service.admit(prompt, record)
+        ctx.hold(record)
+
+    def tick(self, ctx: Context) -> None:
+        self.service.advance(ctx)
+
+    def on_revoked(self, partitions: set[tuple[str, int]]) -> None:
+        self.service.forget(partitions)
 
 
 class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
@@ -39,15 +59,13 @@ class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
         self.service = service
 
     def Generate(self, request: rpc.GenerateRequest, context: grpc.ServicerContext):  # noqa: N802
-        cfg = self.service.config
-        version, _, completions = self.service.engine.generate(
-            request.prompt, n=request.n or 1, max_new_tokens=request.max_new_tokens or self.service.window,
-            temperature=request.temperature or cfg.temperature, top_p=request.top_p or cfg.top_p,
-            seed=request.seed or seed_for(request.prompt, time.time_ns()))
-        for i, comp in enumerate(completions):
-            yield rpc.GeneratedSample(index=i, text=self.service.engine.decode(comp.tokens),
-                                      token_ids=comp.tokens, logprobs=comp.logprobs,
-                                      finish_reason=FINISH[comp.finish_reason], policy_version=version)
+        if not request.prompt:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "prompt: must not be empty")
+        result = self.service.generate_now(request).result(timeout=context.time_remaining())
+        for i, sample in enumerate(result.samples):
+            yield rpc.GeneratedSample(index=i, text=self.service.engine.decode(sample.tokens),
+                                      token_ids=sample.tokens, logprobs=sample.logprobs,
+                                      finish_reason=sample.finish_reason, policy_version=result.version)
 
 
 class RolloutService(Service):
@@ -57,22 +75,31 @@ class RolloutService(Service):
     def __init__(self, config: RolloutConfig) -> None:
         super().__init__(config)
         self.config: RolloutConfig = config
-        self.engine = NativeEngine()
+        torch.set_num_threads(config.torch_threads)
+        self.engine = engines.build(config)
         self.policy = PolicyFollower(config.policy_retry_s)
         self.window = config.max_new_tokens
         self.paused = False
-        self.groups_on_version = 0
-        torch.set_num_threads(config.torch_threads)
+        self.pending: dict[str, tuple[events.Prompt, Record]] = {}  # group id -> its prompt, held
+        self.oneoffs: queue.Queue[tuple[GroupRequest, Future]] = queue.Queue()
+        self.waiting: dict[str, Future] = {}
+        self.throughput = metrics.Throughput()
+        self.metric_at = time.monotonic()
+        self.reloaded: list[tuple[int, float]] = []  # (version, seconds), reported on the next tick
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_RolloutServiceServicer_to_server(RolloutGrpc(self), server)
         return ["m1flow.v1.RolloutService"]
 
     def start(self) -> None:
-        self.watcher = TopicWatcher(self.config.bootstrap, (POLICY, CONTROL), f"rollout-{self.config.replica}-watch")
-        if self.config.pinned_policy:  # a replay samples with the version its range was sampled with
-            self.policy.announce(events.PolicyVersion(version=self.config.pinned_policy_version,
-                                                      checkpoint_uri=self.config.pinned_policy))
+        cfg = self.config
+        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch")
+        replaying = cfg.stop_offsets is not None or bool(cfg.output_suffix) or bool(cfg.pinned_policy)
+        backlog = None if replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
+        self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
+        if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
+            self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
+                                                      checkpoint_uri=cfg.pinned_policy))
         self._catch_up()
         waited = time.monotonic()
         while self.engine.version < 0 and not self.stop.is_set():
@@ -80,7 +107,7 @@ class RolloutService(Service):
                 log.warning("still no loadable policy on `policy`; waiting (start the learner or publish one)")
                 waited = time.monotonic()
             self.refresh(timeout_ms=500)
-        self.stream = self.worker(PromptHandler(self), max_records=1)
+        self.stream = self.worker(PromptHandler(self), max_records=cfg.max_inflight_groups)
 
     def _catch_up(self) -> None:
         """Apply the whole history of `policy` and `control`, however long, before serving."""
@@ -91,64 +118,168 @@ class RolloutService(Service):
             except (TimeoutError, KafkaError) as exc:
                 log.warning("reading `policy` and `control` to their end failed, retrying: %s", exc)
 
+    # ---- policy and control ----------------------------------------------------------------
     def refresh(self, timeout_ms: int = 0) -> None:
         """Apply new policy versions and control commands."""
         self.apply(self.watcher.poll(timeout_ms))
 
     def apply(self, messages: list) -> None:
-        """Take the newest announced policy and the control commands, in order."""
+        """Take the newest announced policy and the control commands, in order; load a due policy
+        once nothing is in flight."""
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
+                if msg.batch_groups:
+                    self.backpressure.learner_step(msg.batch_groups, msg.stats)
                 if not self.config.pinned_policy:
                     self.policy.announce(msg)
             elif msg.HasField("set_window"):
                 self.window = msg.set_window.max_new_tokens
-                log.info("output window set to %s", self.window)
+                log.info("output window set to %s (new requests)", self.window)
             elif msg.HasField("pause"):
                 self.paused = True
             elif msg.HasField("resume"):
                 self.paused = False
-        if self.policy.load_if_due(self.engine):
-            self.groups_on_version = 0
+        if self.engine.in_flight() == 0 and self.policy.load_if_due(self.engine):
+            metrics.RELOAD_S.set(self.engine.last_reload_s)
+            self.reloaded.append((self.engine.version, self.engine.last_reload_s))
 
-    def rollouts_for(self, prompt: events.Prompt) -> list[events.Rollout]:
+    # ---- groups ----------------------------------------------------------------------------
+    def request_for(self, key: str, text: str, n: int, window: int, temperature: float, top_p: float,
+                    seed: int) -> GroupRequest:
+        """A group request; ValueError names the field when the input cannot be sampled."""
+        if not text:
+            raise ValueError("prompt text: must not be empty")
+        if not 1 <= n <= 4096:
+            raise ValueError(f"group_size: {n} is not in [1, 4096]")
+        if window < 1:
+            raise ValueError(f"max_new_tokens: {window} must be at least 1")
+        cfg = self.config
+        return GroupRequest(key, self.engine.prompt_ids(text), n, window, temperature, top_p, seed,
+                            cfg.early_stop_run, cfg.early_stop_prob)
+
+    def admit(self, prompt: events.Prompt, record: Record) -> None:
         cfg = self.config
         group_id = f"{prompt.prompt_id}/{prompt.header.message_id[:8]}"
-        n = prompt.group_size or cfg.group_size
-        window = prompt.max_new_tokens or self.window
-        with logs.trace(run_id=prompt.header.trace.run_id, group_id=group_id):
-            version, prompt_ids, completions = self.engine.generate(
-                prompt.text, n=n, max_new_tokens=window, temperature=cfg.temperature, top_p=cfg.top_p,
-                seed=seed_for(group_id, self.engine.version), early_stop_run=cfg.early_stop_run,
-                early_stop_prob=cfg.early_stop_prob)
-            out = []
-            for i, comp in enumerate(completions):
+        request = self.request_for(group_id, prompt.text, prompt.group_size or cfg.group_size,
+                                   prompt.max_new_tokens or self.window, cfg.temperature, cfg.top_p,
+                                   seed_for(group_id, self.engine.version))
+        self.engine.submit(request)
+        self.pending[group_id] = (prompt, record)
+
+    def generate_now(self, req: rpc.GenerateRequest) -> Future:
+        """A one-off group for gRPC: handed to the service loop, which owns the engine."""
+        cfg = self.config
+        key = f"{RPC_PREFIX}{uuid.uuid4().hex}"
+        request = self.request_for(key, req.prompt, req.n or 1, req.max_new_tokens or self.window,
+                                   req.temperature or cfg.temperature, req.top_p or cfg.top_p,
+                                   req.seed or seed_for(req.prompt, time.time_ns()))
+        done: Future = Future()
+        self.oneoffs.put((request, done))
+        return done
+
+    def advance(self, ctx: Context) -> None:
+        """Step the engine for one time slice; publish the groups that finished and release their
+        prompts. A slice of several engine steps keeps Kafka's per-cycle work (poll, flush, commit)
+        from running between every decoding step."""
+        while not self.oneoffs.empty():
+            request, done = self.oneoffs.get_nowait()
+            self.engine.submit(request)
+            self.waiting[request.key] = done
+        finished: list[GroupResult] = []
+        deadline = time.monotonic() + self.config.engine_slice_s
+        while self.engine.in_flight():
+            finished += self.engine.step()
+            room = self.engine.in_flight() < self.config.max_inflight_groups
+            if time.monotonic() >= deadline or (finished and room):  # refill the batch promptly
+                break
+        for result in finished:
+            self.throughput.add(sum(len(s.tokens) for s in result.samples))
+            if result.request.key.startswith(RPC_PREFIX):
+                self.waiting.pop(result.request.key).set_result(result)
+                continue
+            prompt, record = self.pending.pop(result.request.key)
+            for rollout in self.rollouts_for(prompt, result):
+                ctx.emit(ROLLOUTS, rollout.group_id, rollout)
+            ctx.release([record])
+            self.backpressure.produced()
+        self.report(ctx)
+
+    def forget(self, partitions: set[tuple[str, int]]) -> None:
+        """Partitions went to another replica, which will sample their prompts: stop ours."""
+        gone = {key for key, (_, rec) in self.pending.items() if (rec.topic, rec.partition) in partitions}
+        self.engine.abort(gone)
+        for key in gone:
+            del self.pending[key]
+
+    def rollouts_for(self, prompt: events.Prompt, result: GroupResult) -> list[events.Rollout]:
+        cfg, request, version = self.config, result.request, result.version
+        group_id = request.key
+        run_id = prompt.header.trace.run_id or cfg.run_id
+        out = []
+        with logs.trace(run_id=run_id, group_id=group_id):
+            for i, sample in enumerate(result.samples):
                 rollout_id = f"{group_id}/{i}"
                 out.append(events.Rollout(
-                    header=codec.header("rollout", run_id=prompt.header.trace.run_id or cfg.run_id,
-                                        group_id=group_id, rollout_id=rollout_id,
+                    header=codec.header("rollout", run_id=run_id, group_id=group_id, rollout_id=rollout_id,
                                         policy_version=version, message_id=f"{rollout_id}@v{version}"),
                     rollout_id=rollout_id, group_id=group_id, prompt_id=prompt.prompt_id, index=i,
-                    group_size=n, task_type=prompt.task_type, prompt_text=prompt.text,
-                    prompt_token_ids=prompt_ids, token_ids=comp.tokens, logprobs=comp.logprobs,
-                    response_text=self.engine.decode(comp.tokens),
-                    finish_reason=FINISH[comp.finish_reason], policy_version=version,
-                    verifier=prompt.verifier, max_new_tokens=window, engine=self.engine.name))
-            log.info("generated group of %s on policy v%s", n, version)
-            return out
+                    group_size=request.n, task_type=prompt.task_type, prompt_text=prompt.text,
+                    prompt_token_ids=request.prompt_ids, token_ids=sample.tokens, logprobs=sample.logprobs,
+                    response_text=self.engine.decode(sample.tokens), finish_reason=sample.finish_reason,
+                    policy_version=version, verifier=prompt.verifier, max_new_tokens=request.max_new_tokens,
+                    engine=self.engine.name, temperature=request.temperature, top_p=request.top_p))
+            log.info("generated group of %s on policy v%s", request.n, version)
+        return out
 
-    def should_wait(self) -> bool:
-        """Paused by `control`, or too far ahead of the learner (bounded staleness)."""
-        return self.paused or self.groups_on_version >= self.config.max_ahead_groups
+    # ---- admission and metrics -------------------------------------------------------------
+    def admission(self) -> tuple[int, str]:
+        """How many prompts may enter the engine now, and what holds them back when none may."""
+        in_flight = self.engine.in_flight()
+        self.backpressure.refresh()
+        if self.paused:
+            return 0, "paused by control"
+        if self.policy.due(self.engine.version):
+            return 0, f"finishing the groups in flight before loading policy v{self.policy.wanted.version}"
+        room = self.config.max_inflight_groups - in_flight
+        ahead = self.backpressure.room(in_flight)
+        if ahead is not None and ahead < max(room, 1):
+            return ahead, "" if ahead else "ahead of the learner"
+        return room, ""  # room 0: the engine holds max_inflight_groups
+
+    def report(self, ctx: Context) -> None:
+        engine = self.engine
+        metrics.GROUPS_IN_FLIGHT.set(engine.in_flight())
+        metrics.REQUESTS_IN_FLIGHT.set(engine.sequences_in_flight())
+        metrics.OCCUPANCY.set(min(1.0, engine.sequences_in_flight() / max(1, engine.capacity)))
+        metrics.VERSIONS_AHEAD.set(self.backpressure.versions_ahead(engine.in_flight()))
+        metrics.TOKENS_PER_S.set(self.throughput.rate())
+        for version, seconds in self.reloaded:
+            ctx.metric("rollout/reload_s", seconds, step=version, engine=engine.name)
+        self.reloaded.clear()
+        if time.monotonic() - self.metric_at >= METRIC_EVERY_S:
+            self.metric_at = time.monotonic()
+            ctx.metric("rollout/tokens_per_s", self.throughput.rate(), step=engine.version, engine=engine.name)
+            ctx.metric("rollout/versions_ahead", self.backpressure.versions_ahead(engine.in_flight()),
+                       step=engine.version)
 
     def loop(self) -> None:
+        held_by = ""
         while not self.stop.is_set():
             self.refresh()
-            self.stream.throttle(self.should_wait())
+            room, reason = self.admission()
+            if reason != held_by:
+                log.info("admission %s (%s groups in flight, %.1f learner steps ahead)",
+                         f"held: {reason}" if reason else "open", self.engine.in_flight(),
+                         self.backpressure.versions_ahead(self.engine.in_flight()))
+                held_by = reason
+            metrics.PAUSED.set(0 if room > 0 else 1)
+            self.stream.throttle(room <= 0)
+            self.stream.max_records = max(1, room)
+            busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
+            self.stream.poll_ms = 0 if busy else 200  # an engine with work steps without waiting on Kafka
             self.stream.step()
 
     def shutdown(self) -> None:
-        self.stream.close()
+        self.stream.close()  # prompts still in flight stay uncommitted and are sampled again after a restart
         self.watcher.close()
-
-
+        self.backpressure.close()

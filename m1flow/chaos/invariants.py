@@ -57,7 +57,7 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
           batch_groups: int) -> Report:
     """prompt_ids: every prompt fed; bad_records: (topic, partition, offset) of injected bad input,
     each of which every group in readers[topic] must have dead-lettered."""
-    from svc_learner.checkpoint import latest, load_state
+    from m1flow.checkpoint import latest, load_state
 
     report = Report()
     scored: dict[str, list[dict]] = defaultdict(list)

@@ -64,7 +64,7 @@ class Watcher:
         self._stop.set()
 
     def _run(self) -> None:
-        from svc_learner.checkpoint import latest
+        from m1flow.checkpoint import latest
 
         while not self._stop.wait(1.0):
             try:

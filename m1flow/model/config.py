@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+from transformers import PreTrainedConfig
 
 LIGHTNING = 0
 SOFTMAX = 1
@@ -134,3 +135,33 @@ class MiniMaxM1Config(BaseModel):
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+class MiniMaxM1HFConfig(PreTrainedConfig):
+    """The same configuration as transformers' AutoConfig sees it (model_type "minimax_m1").
+
+    Registered with AutoConfig (m1flow.model), so `AutoConfig.from_pretrained(dir)` and
+    `AutoModelForCausalLM.from_pretrained(dir)` open a hybrid checkpoint like any other; the
+    values are validated by MiniMaxM1Config, which the model itself is built from."""
+
+    model_type = "minimax_m1"
+
+    def __init__(self, **kwargs: Any) -> None:
+        fields = {k: kwargs[k] for k in MiniMaxM1Config.model_fields if k in kwargs}
+        for key, value in MiniMaxM1Config.model_validate(fields).to_dict().items():
+            if key not in _HF_OWNED:
+                setattr(self, key, value)
+        super().__init__(**{k: v for k, v in kwargs.items() if k not in MiniMaxM1Config.model_fields or k in _HF_OWNED})
+
+    def native(self) -> MiniMaxM1Config:
+        """The MiniMaxM1Config the model is built from (released keys we do not model kept as extras)."""
+        data = self.to_dict()
+        for key in _HF_BOOKKEEPING:
+            data.pop(key, None)
+        return MiniMaxM1Config.from_dict(data)
+
+
+_HF_OWNED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "architectures")
+_HF_BOOKKEEPING = ("_name_or_path", "chunk_size_feed_forward", "dtype", "id2label", "label2id", "is_encoder_decoder",
+                   "output_attentions", "output_hidden_states", "problem_type", "return_dict", "transformers_version",
+                   "torch_dtype", "use_return_dict")

@@ -1,9 +1,11 @@
-"""Native sampling engine: G completions of one prompt with the hybrid model's cache.
+"""Native sampling engine: G completions of each of several prompts with the hybrid model's cache.
 
-The prompt is prefilled once, its cache copied to the n rows, and the rows decode together; a
-finished row leaves the batch. Each sampled token carries log pi(token), the model's full
-distribution at temperature 1 (what the learner's importance ratio compares against), whatever
-temperature and top-p were used to draw it.
+Each prompt is prefilled once and its cache copied to its n rows; the caches of all prompts are then
+merged (left-aligned, padding masked) and every row decodes in one batch; a finished row leaves the
+batch. Each sampled token carries its log-probability under the distribution it was drawn from
+(temperature, then top-p, renormalised: m1flow.sampling), which is what the learner's importance
+ratio compares against. Each prompt draws from its own generator, so its completions do not depend
+on which other prompts share the batch.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from typing import Literal
 
 import torch
 
+from m1flow.model.cache import HybridCache
 from m1flow.model.modeling import MiniMaxM1ForCausalLM
+from m1flow.sampling import sampling_logits, top_p_filter
+
+__all__ = ["Completion", "FinishReason", "draw", "sample", "sample_batch", "top_p_filter"]
 
 FinishReason = Literal["stop", "length", "repetition"]
 
@@ -26,26 +32,99 @@ class Completion:
     finish_reason: FinishReason = "length"
 
 
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) the tail outside the smallest set of tokens whose probability reaches top_p."""
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    outside = probs.cumsum(dim=-1) - probs >= top_p  # the mass before a token already reaches top_p
-    sorted_logits = sorted_logits.masked_fill(outside, float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-
-
 def draw(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of logits [N, V]; temperature 0 is greedy."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    probs = top_p_filter(logits / temperature, top_p).softmax(dim=-1)
+    probs = sampling_logits(logits, temperature, top_p).softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+@dataclass
+class _Row:
+    prompt: int  # index of the prompt this row samples
+    completion: Completion
+    budget: int  # max new tokens
+    confident_run: int = 0  # consecutive tokens so far with probability > early_stop_prob
+
+
 @torch.inference_mode()
+def sample_batch(
+    model: MiniMaxM1ForCausalLM,
+    prompts: list[list[int]],
+    n: int,
+    max_new_tokens: int | list[int],
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    eos_id: int | None = None,
+    early_stop_run: int = 3000,
+    early_stop_prob: float = 0.99,
+    generators: list[torch.Generator | None] | None = None,
+) -> list[list[Completion]]:
+    """n completions of each prompt, decoded together. A completion ends on eos ("stop", eos kept),
+    at its max_new_tokens ("length"), or after early_stop_run consecutive tokens each drawn with
+    probability above early_stop_prob ("repetition": the report's guard against degenerate loops).
+    Generators (one per prompt) must live on the model's device."""
+    if any(not p for p in prompts):
+        raise ValueError("prompt ids must not be empty")
+    budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    gens = generators if generators is not None else [None] * len(prompts)
+    results = [[Completion() for _ in range(n)] for _ in prompts]
+    live_prompts = [i for i, b in enumerate(budgets) if b > 0 and n > 0]
+    if not live_prompts:
+        return results
+    device = model.lm_head.weight.device
+    caches, first = [], []
+    for i in live_prompts:
+        cache = model.new_cache(1)
+        first.append(model(torch.tensor([prompts[i]], device=device), cache)[:, -1].expand(n, -1))
+        cache.repeat_interleave(n)
+        caches.append(cache)
+    cache = caches[0] if len(caches) == 1 else HybridCache.merge(caches)
+    logits = torch.cat(first)
+    rows = [_Row(i, results[i][j], budgets[i]) for i in live_prompts for j in range(n)]
+    min_logprob = math.log(early_stop_prob) if early_stop_prob > 0 else -math.inf
+    while True:
+        tokens = _draw_per_prompt(logits, rows, temperature, top_p, gens)
+        logprobs = torch.log_softmax(sampling_logits(logits, temperature, top_p), dim=-1)
+        logprobs = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        keep = []
+        for index, (row, token, logprob) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
+            c = row.completion
+            c.tokens.append(token)
+            c.logprobs.append(logprob)
+            row.confident_run = row.confident_run + 1 if logprob > min_logprob else 0
+            if token == eos_id:
+                c.finish_reason = "stop"
+            elif row.confident_run >= early_stop_run:
+                c.finish_reason = "repetition"
+            elif len(c.tokens) < row.budget:
+                keep.append(index)
+        if not keep:
+            return results
+        if len(keep) < len(rows):
+            cache.select(keep)
+            rows = [rows[i] for i in keep]
+            tokens = tokens[keep]
+        logits = model(tokens[:, None], cache)[:, -1]
+
+
+def _draw_per_prompt(logits: torch.Tensor, rows: list[_Row], temperature: float, top_p: float,
+                     generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Draw every row's token, each prompt's rows from that prompt's generator."""
+    if temperature == 0.0 or all(g is None for g in generators):
+        return draw(logits, temperature, top_p, None)
+    tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    start = 0
+    while start < len(rows):  # rows of one prompt are contiguous
+        end = start
+        while end < len(rows) and rows[end].prompt == rows[start].prompt:
+            end += 1
+        tokens[start:end] = draw(logits[start:end], temperature, top_p, generators[rows[start].prompt])
+        start = end
+    return tokens
+
+
 def sample(
     model: MiniMaxM1ForCausalLM,
     prompt_ids: list[int],
@@ -58,44 +137,8 @@ def sample(
     early_stop_prob: float = 0.99,
     generator: torch.Generator | None = None,
 ) -> list[Completion]:
-    """Sample n completions of one prompt. A completion ends on eos ("stop", eos kept), at
-    max_new_tokens ("length"), or after early_stop_run consecutive tokens each with probability
-    above early_stop_prob ("repetition": the report's guard against degenerate loops).
-    `generator` must live on the model's device."""
+    """Sample n completions of one prompt (sample_batch for a single prompt)."""
     if not prompt_ids:
         raise ValueError("prompt_ids must not be empty")
-    completions = [Completion() for _ in range(n)]
-    if n == 0 or max_new_tokens <= 0:
-        return completions
-    device = model.lm_head.weight.device
-    cache = model.new_cache(1)
-    logits = model(torch.tensor([prompt_ids], device=device), cache)[:, -1]
-    cache.repeat_interleave(n)
-    logits = logits.expand(n, -1)
-    live = list(range(n))  # completion index of each batch row
-    confident_run = [0] * n  # consecutive tokens so far with probability > early_stop_prob
-    min_logprob = math.log(early_stop_prob) if early_stop_prob > 0 else -math.inf
-    for step in range(max_new_tokens):
-        tokens = draw(logits, temperature, top_p, generator)
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-        keep = []
-        for row, (token, logprob) in enumerate(zip(tokens.tolist(), logprobs.tolist())):
-            i = live[row]
-            c = completions[i]
-            c.tokens.append(token)
-            c.logprobs.append(logprob)
-            confident_run[i] = confident_run[i] + 1 if logprob > min_logprob else 0
-            if token == eos_id:
-                c.finish_reason = "stop"
-            elif confident_run[i] >= early_stop_run:
-                c.finish_reason = "repetition"
-            else:
-                keep.append(row)
-        if not keep or step == max_new_tokens - 1:
-            break
-        if len(keep) < len(live):
-            cache.select(keep)
-            live = [live[row] for row in keep]
-            tokens = tokens[keep]
-        logits = model(tokens[:, None], cache)[:, -1]
-    return completions
+    return sample_batch(model, [prompt_ids], n, max_new_tokens, temperature, top_p, eos_id,
+                        early_stop_run, early_stop_prob, [generator])[0]

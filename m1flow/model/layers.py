@@ -32,19 +32,21 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [T, rotary_dim] in fp32 for NeoX-style (rotate-half) rotary embeddings."""
+    """cos, sin [..., T, rotary_dim] in fp32 for NeoX-style (rotate-half) rotary embeddings of
+    positions [T] (shared by all rows) or [B, T] (one offset per row)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, rotary_dim, 2, device=positions.device, dtype=torch.float32) / rotary_dim)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
+    freqs = positions.float()[..., None] * inv_freq
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos(), angles.sin()
 
 
 def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first rotary_dim dims of x [B, T, H, d]; the rest pass through."""
+    """Rotate the first rotary_dim dims of x [B, T, H, d] by cos, sin [T, r] or [B, T, r]."""
     r = cos.shape[-1]
     rot, rest = at_least_fp32(x[..., :r]), x[..., r:]
     x1, x2 = rot.chunk(2, dim=-1)
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    cos, sin = (cos[None], sin[None]) if cos.dim() == 2 else (cos, sin)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     rotated = rot * cos + torch.cat((-x2, x1), dim=-1) * sin
     return torch.cat((rotated.to(x.dtype), rest), dim=-1)
 
@@ -100,22 +102,27 @@ class SoftmaxAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """offset: position of x's first token, one int or [B] (rows merged from several prompts)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        cos, sin = rope_cos_sin(torch.arange(offset, offset + t, device=x.device), self.rotary_dim, self.rope_theta)
+        steps = torch.arange(t, device=x.device)
+        positions = offset + steps if isinstance(offset, int) else offset.to(x.device)[:, None] + steps
+        cos, sin = rope_cos_sin(positions, self.rotary_dim, self.rope_theta)
         q, k = apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.append(k, v)
         past = k.shape[2] - t
-        mask = None
-        if past and t > 1:  # causal mask aligned to the last query: query i sees keys <= past + i
-            mask = torch.arange(past + t, device=x.device)[None, :] <= torch.arange(past, past + t, device=x.device)[:, None]
+        keys = cache.key_mask() if cache is not None else None  # merged rows: padding is never seen
+        mask = keys
+        if t > 1 and (past or keys is not None):  # causal, aligned to the last query: i sees keys <= past + i
+            causal = torch.arange(past + t, device=x.device)[None, :] <= torch.arange(past, past + t, device=x.device)[:, None]
+            mask = causal if keys is None else keys & causal
         o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=(past == 0 and t > 1), scale=self.head_dim**-0.5, enable_gqa=True
+            q, k, v, attn_mask=mask, is_causal=(past == 0 and t > 1 and mask is None), scale=self.head_dim**-0.5, enable_gqa=True
         )
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
@@ -184,7 +191,8 @@ class DecoderLayer(nn.Module):
     def _residual(self, x: torch.Tensor, normed: torch.Tensor, out: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
         return (normed if self.postnorm else x) * alpha + out * beta
 
-    def forward(self, x: torch.Tensor, cache: LightningState | KVCache | None = None, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LightningState | KVCache | None = None,
+                offset: int | torch.Tensor = 0) -> torch.Tensor:
         h = self.input_layernorm(x)
         attn = self.self_attn(h, cache, offset) if self.is_softmax else self.self_attn(h, cache)
         x = self._residual(x, h, attn, self.attn_alpha, self.attn_beta)

@@ -13,12 +13,37 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from m1flow.model.cache import HybridCache, KVCache, LightningState
-from m1flow.model.config import MiniMaxM1Config
+from m1flow.model.config import MiniMaxM1Config, MiniMaxM1HFConfig
 from m1flow.model.layers import DecoderLayer, RMSNorm
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"  # sharded checkpoints, as the release ships
+MAX_SHARD_BYTES = 4 << 30
+
+
+def save_weights(state: dict[str, torch.Tensor], directory: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+    """One safetensors file, or shards named as transformers names them plus their index when the
+    tensors exceed max_shard_bytes (the released checkpoint's layout)."""
+    sizes = {name: t.numel() * t.element_size() for name, t in state.items()}
+    if sum(sizes.values()) <= max_shard_bytes:
+        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+        return
+    shards: list[list[str]] = [[]]
+    filled = 0
+    for name in state:
+        if shards[-1] and filled + sizes[name] > max_shard_bytes:
+            shards.append([])
+            filled = 0
+        shards[-1].append(name)
+        filled += sizes[name]
+    weight_map = {}
+    for i, names in enumerate(shards):
+        shard = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file({n: state[n] for n in names}, str(directory / shard), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(names, shard))
+    index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+    (directory / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def load_weights(directory: Path, device: str) -> dict[str, torch.Tensor]:
@@ -42,7 +67,7 @@ class MiniMaxM1Model(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, cache: HybridCache | None = None) -> torch.Tensor:
-        offset = cache.seq_len if cache is not None else 0
+        offset = cache.positions() if cache is not None else 0
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
             x = layer(x, cache.layers[i] if cache is not None else None, offset)
@@ -52,6 +77,11 @@ class MiniMaxM1Model(nn.Module):
 
 
 class MiniMaxM1ForCausalLM(nn.Module):
+    """The causal LM. Registered with transformers' AutoModelForCausalLM (m1flow.model), whose
+    from_pretrained/from_config land in the methods below; forward returns fp32 logits."""
+
+    config_class = MiniMaxM1HFConfig
+
     def __init__(self, config: MiniMaxM1Config) -> None:
         super().__init__()
         self.config = config
@@ -64,6 +94,12 @@ class MiniMaxM1ForCausalLM(nn.Module):
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
 
     # ---- compute ---------------------------------------------------------------------------
     def hidden_states(self, input_ids: torch.Tensor, cache: HybridCache | None = None) -> torch.Tensor:
@@ -91,21 +127,30 @@ class MiniMaxM1ForCausalLM(nn.Module):
         return HybridCache(layers)
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> None:
+    def save_pretrained(self, directory: str | Path, max_shard_size: int = MAX_SHARD_BYTES, **_: object) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.to_json(directory / CONFIG_FILE)
         state = {k: v.contiguous() for k, v in self.state_dict().items()}
         if self.config.tie_word_embeddings:
             del state["lm_head.weight"]
-        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_weights(state, directory, max_shard_size)
 
     @classmethod
     def from_pretrained(
-        cls, directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+        cls, directory: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+        **hf_kwargs: object,
     ) -> "MiniMaxM1ForCausalLM":
-        """Build on the meta device and adopt the stored tensors (no second copy, no random init)."""
+        """Build on the meta device and adopt the stored tensors (no second copy, no random init).
+
+        Also what AutoModelForCausalLM.from_pretrained calls: its `dtype`/`torch_dtype` and
+        `device_map` (one device) are honoured, hub arguments ignored (local directories only)."""
         directory = Path(directory)
+        if not (directory / CONFIG_FILE).exists():
+            raise FileNotFoundError(f"{directory} is not a local model directory (no {CONFIG_FILE})")
+        dtype = dtype or hf_kwargs.get("torch_dtype")
+        dtype = dtype if isinstance(dtype, torch.dtype) else None  # "auto": as stored
+        device = device or hf_kwargs.get("device_map") or "cpu"
         config = MiniMaxM1Config.from_json(directory / CONFIG_FILE)
         with torch.device("meta"):
             model = cls(config)
@@ -118,6 +163,11 @@ class MiniMaxM1ForCausalLM(nn.Module):
         if dtype is not None:
             model.to(dtype)
         return model.eval()
+
+    @classmethod
+    def _from_config(cls, config: MiniMaxM1HFConfig | MiniMaxM1Config, **_: object) -> "MiniMaxM1ForCausalLM":
+        """AutoModelForCausalLM.from_config: a freshly initialised model."""
+        return cls(config.native() if isinstance(config, MiniMaxM1HFConfig) else config)
 
 
 def count_parameters(config: MiniMaxM1Config) -> tuple[int, int]:

@@ -1,12 +1,15 @@
 """Generated arithmetic prompts: the demo's task, small enough for a tiny model on 2 CPU cores.
 
-A prompt is "47+38=" and the expected response is the result's digits followed by end-of-sequence.
+A prompt is "47+38=" and the expected answer, after the (here empty) reasoning section of the chat
+format, is the result's digits: "</think>\n85".
 """
 from __future__ import annotations
 
 import random
 import re
 from dataclasses import dataclass
+
+from m1flow.chat import after_reasoning
 
 _ANSWER = re.compile(r"^\s*(-?\d+)\s*$")
 
@@ -35,6 +38,6 @@ def problems(seed: int, n: int, max_operand: int = 99, ops: str = "+-",
 
 
 def parse_answer(response: str) -> int | None:
-    """The integer the response states, or None when it is not exactly one integer."""
-    match = _ANSWER.match(response)
+    """The integer the response states after its reasoning, or None when that is not exactly one integer."""
+    match = _ANSWER.match(after_reasoning(response))
     return int(match.group(1)) if match else None

@@ -12,6 +12,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from m1flow.chat import after_reasoning
+
 SEPARATOR = ";"
 
 
@@ -76,8 +78,9 @@ _ANSWER = re.compile(rf"{SEPARATOR}\s*(-?\d+)\s*$")
 
 
 def parse_answer(response: str) -> int | None:
-    """The integer stated after the last separator, or None when the response does not end in one."""
-    match = _ANSWER.search(response)
+    """The integer stated after the last separator (after the reasoning section, if any), or None
+    when the response does not end in one."""
+    match = _ANSWER.search(after_reasoning(response))
     return int(match.group(1)) if match else None
 
 

@@ -1,8 +1,8 @@
 """A judge run on the project's own engine (`m1flow.model.generate.sample`).
 
 Useful where no vLLM judge is served (CPU tests, demos) and for judging with the policy's own
-architecture. The chat is rendered as plain text, since the native tokenizer has no chat template,
-and starts with the tokenizer's bos id when it has one, as the engine's training data does.
+architecture. The chat is rendered as plain text and starts with the tokenizer's bos id when it has one
+(a transformers tokenizer, m1flow.checkpoint.load_policy).
 """
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ class NativeJudge(ChatJudge):
                  config: NativeJudgeConfig | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.eos_id = eos_id if eos_id is not None else getattr(tokenizer, "eos_id", None)
-        self.bos_id = getattr(tokenizer, "bos_id", None)
+        self.eos_id = eos_id if eos_id is not None else getattr(tokenizer, "eos_token_id", None)
+        self.bos_id = getattr(tokenizer, "bos_token_id", None)
         self.config = config or NativeJudgeConfig()
 
     def complete(self, messages: list[dict[str, str]]) -> str:
         from m1flow.model.generate import sample  # imported late: the engine is optional here
 
         cfg = self.config
-        prompt_ids = _ids(self.tokenizer.encode(render_plain(messages)))
+        prompt_ids = _ids(self.tokenizer.encode(render_plain(messages), add_special_tokens=False))
         if self.bos_id is not None:
             prompt_ids = [self.bos_id, *prompt_ids]
         try:

@@ -20,15 +20,15 @@ from m1flow.contracts import events
 from m1flow.kafka import Broker
 from m1flow.bus.admin import ensure_topics
 from m1flow.launcher import launch
-from m1flow.model import MiniMaxM1ForCausalLM, sample
-from m1flow.policy import generator, load_policy, uri_for
-from m1flow.tasks.arith import problems
-from m1flow.model.modeling import WEIGHTS_FILE
+from m1flow.chat import prompt_ids
+from m1flow.checkpoint import WEIGHTS_FILE, latest, load_policy, load_state
+from m1flow.model import sample
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.rl.filling import fill_batches
+from m1flow.sampling import generator
 from m1flow.status import Status
+from m1flow.tasks.arith import parse_answer, problems
 from m1flow.warmstart import warm_started_policy
-from svc_learner.checkpoint import latest, load_state
 
 GROUPS, BATCH = 80, 4
 # Every sample comes from policy 0; no staleness limit, so what is trained depends on rewards alone.
@@ -37,17 +37,16 @@ ALGORITHM = {"max_staleness": 1000}
 
 def scored_groups(policy) -> list[events.ScoredGroup]:
     """Real samples of the warm-started policy, scored like the reward service would."""
-    model = MiniMaxM1ForCausalLM.from_pretrained(policy)
-    _, tok = load_policy(uri_for(policy))
+    model, tok = load_policy(policy)
     out = []
     for i, p in enumerate(problems(seed=42, n=GROUPS, max_operand=12)):
-        ids = [tok.bos_id, *tok.encode(p.text)]
-        comps = sample(model, ids, n=4, max_new_tokens=6, eos_id=tok.eos_id, generator=generator(i))
+        ids = prompt_ids(tok, p.text)
+        comps = sample(model, ids, n=4, max_new_tokens=6, eos_id=tok.eos_token_id, generator=generator(i))
         g = events.ScoredGroup(header=codec.header("test", message_id=f"s{i}"), group_id=f"g{i}", group_size=4)
         for j, c in enumerate(comps):
+            reward = float(parse_answer(tok.decode(c.tokens, skip_special_tokens=True)) == int(p.answer))
             g.samples.add(index=j, prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs,
-                          reward=float(tok.decode(c.tokens) == p.answer), status=Status.OK, policy_version=0,
-                          max_new_tokens=6)
+                          reward=reward, status=Status.OK, policy_version=0, max_new_tokens=6)
         out.append(g)
     return out
 

@@ -28,7 +28,7 @@ ARTIFACTS = Path(os.environ.get("M1FLOW_ARTIFACTS", Path(__file__).resolve().par
 GROUP, BATCH = 4, 4
 SERVICE_ARGS = {
     "learner": ["--batch-groups", str(BATCH)],
-    "rollout": ["--max-ahead-groups", str(2 * BATCH)],
+    "rollout": ["--max-ahead-versions", "1"],
     "reward": ["--genrm-judge", "quality", "--genrm-length-bonus", "0.05", "--genrm-margin", "0.01"],
     "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
                 "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2})],

@@ -1,27 +1,39 @@
-"""Small real models and batches for the learner tests (no mocks: a GRU language model)."""
+"""Small real models and batches for the learner tests: a tiny Qwen2 (transformers' architecture,
+built from a config) and a tiny hybrid lightning-attention model, the two kinds of policy the
+learner trains. No mocks; random weights, so each builds in well under a second."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
+from m1flow.warmstart import TINY_HF
 from svc_learner.batching import Batch
 from svc_learner.update import SequenceLogprobs
 
+ARCHS = ("qwen2", "hybrid")
+VOCAB = 32
 
-class TinyLM(nn.Module):
-    """A causal GRU language model exposing the two things the learner needs."""
 
-    def __init__(self, vocab: int = 32, width: int = 24, head_scale: float = 1.0):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        self.rnn = nn.GRU(width, width, batch_first=True)
-        self.lm_head = nn.Linear(width, vocab, bias=False)
-        with torch.no_grad():
-            self.lm_head.weight.mul_(head_scale)
+def tiny_model(arch: str, vocab: int = VOCAB, seed: int = 0) -> nn.Module:
+    """A freshly initialised two-layer model of `arch` (fp32, train mode)."""
+    torch.manual_seed(seed)
+    if arch == "hybrid":
+        model = MiniMaxM1ForCausalLM(MiniMaxM1Config.tiny(vocab_size=vocab, num_hidden_layers=2))
+    else:
+        fields = {**TINY_HF[arch], "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2,
+                  "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128}
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **fields), dtype=torch.float32,
+                                                 attn_implementation="sdpa")
+    return model.train()
 
-    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.rnn(self.embed(input_ids))[0]
+
+@pytest.fixture(params=ARCHS)
+def arch(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 def make_batch(model: nn.Module, n: int = 8, prompt: int = 3, response: int = 6, vocab: int = 32,

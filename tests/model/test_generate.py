@@ -5,6 +5,7 @@ import torch
 
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM, sample
 from m1flow.model.generate import top_p_filter
+from m1flow.sampling import processed_logprobs
 
 V = 32
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -25,9 +26,9 @@ def continuation_logits(model, prompt, tokens):
         return model(torch.tensor([prompt + tokens]))[0, len(prompt) - 1 : -1]
 
 
-def full_logprobs(model, prompt, tokens):
-    logits = continuation_logits(model, prompt, tokens)
-    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+def full_logprobs(model, prompt, tokens, temperature=1.0, top_p=0.95):
+    """Log-probs under the distribution sampled from (temperature, top-p renormalised)."""
+    return processed_logprobs(continuation_logits(model, prompt, tokens), torch.tensor(tokens), temperature, top_p)
 
 
 def test_logprobs_match_a_full_forward(model):
@@ -112,3 +113,26 @@ def test_repetition_stop_needs_an_unbroken_run(model):
         assert c.finish_reason == "length"
         probs = [math.exp(lp) for lp in c.logprobs]
         assert not any(all(p > 0.99 for p in probs[i : i + 3]) for i in range(len(probs) - 2))
+
+
+def test_processed_logprobs_follow_temperature_and_top_p(model):
+    completions = sample(model, PROMPT, n=3, max_new_tokens=12, temperature=0.7, top_p=0.8,
+                         generator=torch.Generator().manual_seed(4))
+    for c in completions:
+        expected = full_logprobs(model, PROMPT, c.tokens, temperature=0.7, top_p=0.8)
+        torch.testing.assert_close(torch.tensor(c.logprobs), expected, rtol=0, atol=1e-4)
+
+
+def test_prompts_batched_together_sample_as_they_would_alone(model):
+    """Prompts of different lengths share one decode batch (merged caches, padding masked): each
+    prompt's completions are those it draws alone with the same generator."""
+    from m1flow.model.generate import sample_batch
+
+    prompts = [PROMPT, [7, 3], PROMPT[:5] + [11, 12, 13, 14, 15, 16, 17]]
+    gens = lambda: [torch.Generator().manual_seed(10 + i) for i in range(len(prompts))]  # noqa: E731
+    together = sample_batch(model, prompts, n=3, max_new_tokens=[16, 9, 16], generators=gens())
+    for i, prompt in enumerate(prompts):
+        alone = sample(model, prompt, n=3, max_new_tokens=[16, 9, 16][i], generator=gens()[i])
+        assert [c.tokens for c in together[i]] == [c.tokens for c in alone]
+        for a, b in zip(together[i], alone):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-4)

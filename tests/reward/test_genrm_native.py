@@ -20,13 +20,13 @@ REPLY = "Verdict=A"
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return tokenizer_module.CharTokenizer.build()
+    return tokenizer_module.build_tokenizer()
 
 
 def bigram_model(tok, reply):
     """The tiny hybrid model rewired so that greedy decoding after 'Assistant:' spells `reply`."""
     torch.manual_seed(0)
-    model = warmstart.build_model(tok, warmstart.WarmStartConfig())
+    model = warmstart.build_model(tok, warmstart.WarmStartConfig(model_overrides={"hidden_size": 384}))
     vocab, hidden = model.lm_head.weight.shape
     assert vocab <= hidden, "one-hot embeddings need hidden_size >= vocab_size"
     with torch.no_grad():
@@ -35,12 +35,12 @@ def bigram_model(tok, reply):
                 param.zero_()  # no attention, no MoE: the hidden state is the (normalised) token
         model.model.embed_tokens.weight.copy_(torch.eye(vocab, hidden))
         head = torch.zeros(vocab, hidden)
-        head[tok.eos_id, :vocab] = 1.0  # anything off the chain ends the reply
-        chain = tok.encode(":" + reply)
+        head[tok.eos_token_id, :vocab] = 1.0  # anything off the chain ends the reply
+        chain = tok.encode(":" + reply, add_special_tokens=False)
         assert len(set(chain)) == len(chain)
         for now, nxt in zip(chain, chain[1:]):
             head[nxt, now] = 2.0
-        head[tok.eos_id, chain[-1]] = 2.0
+        head[tok.eos_token_id, chain[-1]] = 2.0
         model.lm_head.weight.copy_(head)
     return model.eval()
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from m1flow.tasks.chain import noisy_solution, parse_answer, problems, reward, terms_of, write_solution
-from m1flow.tokenizer import CharTokenizer
+from m1flow.tokenizer import build_tokenizer
 from m1flow.warmstart import WarmStartConfig, _key, sft_pairs
 
 
@@ -35,13 +35,14 @@ def test_problems_are_seeded_long_and_within_bounds():
         problems(seed=0, n=1, min_terms=1)
 
 
-def test_tokenizer_encodes_every_character_round_trip():
-    tok = CharTokenizer.build()
-    unk = tok.tokenizer.token_to_id("<unk>")
+def test_tokenizer_round_trips_and_spells_numbers_digit_by_digit():
+    tok = build_tokenizer()
     for p in problems(seed=4, n=100, max_operand=30):
         for text in (p.text, p.solution):
-            ids = tok.encode(text)
-            assert unk not in ids and len(ids) == len(text) and tok.decode(ids) == text
+            ids = tok.encode(text, add_special_tokens=False)
+            assert tok.decode(ids) == text
+            pieces = [tok.decode([i]) for i in ids]
+            assert sum(piece.isdigit() for piece in pieces) == sum(ch.isdigit() for ch in text)
 
 
 def test_parse_answer_reads_only_the_final_answer():

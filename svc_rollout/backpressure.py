@@ -1,0 +1,123 @@
+"""How far the rollouts run ahead of the learner, in learner steps (policy versions).
+
+Every group sampled now is trained on after the groups already waiting for the learner: those the
+reward service has not scored yet (its lag on `rollouts`), those the learner has not consumed yet
+(its lag on `scored`), and the ones in flight in this replica. That many groups divided by the
+learner's batch is how many versions stale the newest sample will be when it is trained on. A
+replica stops admitting prompts while that exceeds `max_ahead_versions` full steps *beyond* the one
+the learner can already take, and reads the lags of both consumer groups from Kafka, so every
+replica sees the same backlog whatever the replica count.
+
+Until the learner's consumer group first commits, the replica counts the groups it produced
+itself (the learner may be loading; its lag is not known yet). A learner that never runs therefore
+pauses sampling after (1 + max_ahead_versions) batches: run a rollout service alone with a large
+`max_ahead_versions`.
+
+It cannot deadlock: it pauses only while at least one whole learner step's worth of records is in
+flight or waiting downstream, so those finish, the learner can step, the backlog falls, and
+sampling resumes. A step's worth is what the learner consumed per step lately (its trained groups plus those it skipped
+as having nothing to teach or as duplicates, from the stats it announces on `policy`), never less
+than its `batch_groups`: skipped groups stay in the learner's lag until the next step commits, so
+counting only trainable ones would pause with too few trainable groups waiting. Should the skip rate
+jump, the learner's idle flush (`batch_timeout_s`, once its input is idle and caught up, which a
+paused rollout service makes it) still trains what it holds, commits, and unblocks sampling.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.errors import KafkaError
+
+from m1flow.bus.topics import ROLLOUTS, SCORED
+
+log = logging.getLogger(__name__)
+STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average
+
+
+class Backlog:
+    """Committed-offset lag of the reward service on `rollouts` and of the learner on `scored`."""
+
+    def __init__(self, bootstrap: str, reward_group: str, learner_group: str) -> None:
+        self.reward_group, self.learner_group = reward_group, learner_group
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog",
+                                      request_timeout_ms=10_000)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
+
+    def lags(self) -> tuple[int | None, int | None]:
+        """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed
+        (None: that consumer group has never committed there)."""
+        return self._lag(self.reward_group, ROLLOUTS.name), self._lag(self.learner_group, SCORED.name)
+
+    def _lag(self, group: str, topic: str) -> int | None:
+        """None for a group that never committed on the topic, or whose coordinator does not answer."""
+        try:
+            offsets = self.admin.list_group_offsets({group: None}).get(group, {})
+        except KafkaError as exc:
+            log.debug("no committed offsets for %s: %s", group, exc)
+            return None
+        committed = {tp: meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset >= 0}
+        if not committed:
+            return None
+        ends = self.consumer.end_offsets(list(committed)) if committed else {}
+        return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
+
+    def close(self) -> None:
+        self.admin.close()
+        self.consumer.close()
+
+
+class Backpressure:
+    def __init__(self, backlog: Backlog | None, max_ahead_versions: float, batch_groups: int,
+                 group_size: int, refresh_s: float = 1.0) -> None:
+        self.backlog = backlog
+        self.max_ahead_versions = max_ahead_versions
+        self.batch_groups = batch_groups
+        self.group_size = group_size
+        self.refresh_s = refresh_s
+        self.downstream = 0.0  # groups waiting for the reward service or the learner
+        self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
+        self._read_at = -float("inf")
+
+    def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
+        """A `policy` announcement: the learner's batch, and what its last step consumed."""
+        consumed = stats.get("groups_consumed", stats.get("groups", 0.0))
+        self.consumed_per_step = consumed if self.consumed_per_step is None else (
+            (1 - STEP_SMOOTHING) * self.consumed_per_step + STEP_SMOOTHING * consumed)
+        self.batch_groups = max(batch_groups, math.ceil(self.consumed_per_step))
+
+    def produced(self, groups: int = 1) -> None:
+        """Groups this replica just published: counted downstream until the next reading includes them."""
+        self.downstream += groups
+
+    def refresh(self) -> None:
+        if self.backlog is None or time.monotonic() - self._read_at < self.refresh_s:
+            return
+        self._read_at = time.monotonic()
+        try:
+            reward, learner = self.backlog.lags()
+        except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
+            log.warning("reading consumer lag failed: %s", exc)
+            reward = learner = 0
+        reading = (learner or 0) + (reward or 0) / max(1, self.group_size)
+        # a learner that has not committed yet (its first batch): count what was produced meanwhile
+        self.downstream = max(self.downstream, reading) if learner is None else reading
+
+    def versions_ahead(self, in_flight_groups: int) -> float:
+        """Learner steps' worth of groups that will be trained on before one sampled now."""
+        return (self.downstream + in_flight_groups) / self.batch_groups
+
+    def room(self, in_flight_groups: int) -> int | None:
+        """How many more groups may be admitted now (None: no limit): up to (1 + max_ahead_versions)
+        learner steps' worth in flight and downstream, never less than one step, so a batch can form."""
+        if self.backlog is None:
+            return None
+        limit = (1 + self.max_ahead_versions) * self.batch_groups
+        return max(0, math.ceil(limit - self.downstream - in_flight_groups))
+
+    def close(self) -> None:
+        if self.backlog is not None:
+            self.backlog.close()

@@ -1,0 +1,23 @@
+"""Rollout engines behind one interface (base.Engine): `native`, `hf`, `vllm`."""
+from __future__ import annotations
+
+from svc_rollout.config import RolloutConfig
+from svc_rollout.engines.base import Engine, GroupRequest, GroupResult, Sample
+
+
+def build(cfg: RolloutConfig) -> Engine:
+    """The configured engine; vLLM and transformers are imported only by the engine that uses them."""
+    if cfg.engine == "vllm":
+        from svc_rollout.engines.vllm_engine import VllmEngine
+
+        return VllmEngine(cfg.vllm, threads=cfg.torch_threads)
+    if cfg.engine == "hf":
+        from svc_rollout.engines.hf import HFEngine
+
+        return HFEngine(cfg.batch_groups, cfg.group_size, cfg.device)
+    from svc_rollout.engines.native import NativeEngine
+
+    return NativeEngine(cfg.batch_groups, cfg.group_size, cfg.device)
+
+
+__all__ = ["Engine", "GroupRequest", "GroupResult", "Sample", "build"]

@@ -1,0 +1,45 @@
+"""Generation metrics on /metrics: throughput, what is in flight, how full the batch is, reloads,
+and the backpressure that decides whether prompts are admitted."""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from prometheus_client import Counter, Gauge
+
+TOKENS = Counter("m1flow_rollout_tokens_total", "tokens generated")
+GROUPS = Counter("m1flow_rollout_groups_total", "groups generated")
+TOKENS_PER_S = Gauge("m1flow_rollout_tokens_per_second", "tokens generated per second over the last window")
+GROUPS_IN_FLIGHT = Gauge("m1flow_rollout_groups_in_flight", "groups admitted into the engine and not finished")
+REQUESTS_IN_FLIGHT = Gauge("m1flow_rollout_requests_in_flight", "sequences (samples) in flight in the engine")
+OCCUPANCY = Gauge("m1flow_rollout_batch_occupancy", "sequences in flight / sequences the engine decodes together")
+RELOAD_S = Gauge("m1flow_rollout_reload_seconds", "time the last policy load took")
+VERSIONS_AHEAD = Gauge("m1flow_rollout_versions_ahead", "learner steps of groups waiting before a new one is trained")
+PAUSED = Gauge("m1flow_rollout_paused", "1 while prompts are not admitted (control pause, backpressure, reload)")
+
+
+class Throughput:
+    """Tokens per second over a sliding window of finished groups."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self.events: deque[tuple[float, int]] = deque()
+
+    def add(self, tokens: int) -> None:
+        now = time.monotonic()
+        self.events.append((now, tokens))
+        TOKENS.inc(tokens)
+        GROUPS.inc()
+        self._expire(now)
+
+    def rate(self) -> float:
+        now = time.monotonic()
+        self._expire(now)
+        if not self.events:
+            return 0.0
+        span = max(now - self.events[0][0], 1.0)
+        return sum(t for _, t in self.events) / span
+
+    def _expire(self, now: float) -> None:
+        while self.events and now - self.events[0][0] > self.window_s:
+            self.events.popleft()

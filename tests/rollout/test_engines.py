@@ -1,0 +1,198 @@
+"""The rollout engines on real models: vLLM (in-process, CPU), transformers generate and the native
+hybrid decoder, each against the learner-side recomputation of its log-probs, the repetition
+truncation on a model forced into a loop, and vLLM's in-place reload."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from m1flow import checkpoint, lm
+from m1flow.contracts import events
+from m1flow.sampling import processed_logprobs
+from m1flow.tasks.arith import problems
+from svc_rollout.engines.base import Engine, GroupRequest, GroupResult
+from svc_rollout.engines.hf import HFEngine
+from svc_rollout.engines.native import NativeEngine
+from tests.policies import looping_copy
+
+PROMPTS = [p.text for p in problems(seed=7, n=8, max_operand=12)]
+
+
+def policy(version: int, directory) -> events.PolicyVersion:
+    return events.PolicyVersion(version=version, checkpoint_uri=checkpoint.uri_for(directory),
+                                sha256=checkpoint.weights_sha256(directory))
+
+
+def run(engine: Engine, texts: list[str], n: int = 4, window: int = 8, temperature: float = 1.0,
+        top_p: float = 0.95, early_stop_run: int = 3000, seed: int = 0) -> list[GroupResult]:
+    for i, text in enumerate(texts):
+        engine.submit(GroupRequest(f"g{seed}-{i}", engine.prompt_ids(text), n, window, temperature, top_p,
+                                   seed + i, early_stop_run, 0.99))
+    out: list[GroupResult] = []
+    while engine.in_flight():
+        out += engine.step()
+    return sorted(out, key=lambda r: int(r.request.key.rsplit("-", 1)[1]))
+
+
+def recomputed(model, result: GroupResult) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(engine log-probs, recomputed log-probs) per sample: one forward over prompt + sample, the
+    learner's fp32 head, the same temperature and top-p renormalisation."""
+    r = result.request
+    pairs = []
+    for s in result.samples:
+        ids = torch.tensor([r.prompt_ids + s.tokens])
+        with torch.no_grad():
+            logits = lm.logits(model, ids)[0, len(r.prompt_ids) - 1 : -1]
+        pairs.append((torch.tensor(s.logprobs), processed_logprobs(logits, torch.tensor(s.tokens), r.temperature, r.top_p)))
+    return pairs
+
+
+def learner_recomputed(model, result: GroupResult) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(engine log-probs, the learner's SequenceLogprobs at the sample's temperature) per sample."""
+    from svc_learner.update import SequenceLogprobs
+
+    r, pairs = result.request, []
+    for s in result.samples:
+        ids = torch.tensor([r.prompt_ids + s.tokens])
+        mask = torch.zeros_like(ids, dtype=torch.float32)
+        mask[0, len(r.prompt_ids):] = 1
+        with torch.no_grad():
+            logp = SequenceLogprobs(model)(ids, mask, None, torch.tensor([r.temperature]))[0]
+        pairs.append((torch.tensor(s.logprobs), logp[0, len(r.prompt_ids):]))
+    return pairs
+
+
+def pearson_and_gap(pairs) -> tuple[float, float]:
+    engine = torch.cat([a for a, _ in pairs]).double()
+    learner = torch.cat([b for _, b in pairs]).double()
+    p, q = engine.exp(), learner.exp()
+    corr = float(((p - p.mean()) * (q - q.mean())).sum() / ((p - p.mean()).norm() * (q - q.mean()).norm()))
+    return corr, float((engine - learner).abs().mean())
+
+
+# ---- vLLM -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vllm_engine(qwen2_policy):
+    pytest.importorskip("vllm")
+    from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
+
+    engine = VllmEngine(VllmSettings(max_num_seqs=64, max_model_len=256), threads=1)
+    engine.load(policy(0, qwen2_policy))
+    yield engine
+    del engine.engine
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 0.95), (0.7, 0.8)])
+def test_vllm_logprobs_match_the_learner_recomputation(vllm_engine, qwen2_policy, temperature, top_p):
+    vllm_engine.load(policy(vllm_engine.version + 1, qwen2_policy))
+    results = run(vllm_engine, PROMPTS, n=8, temperature=temperature, top_p=top_p, seed=11)
+    model = checkpoint.load_model(qwen2_policy)
+    pairs = [pair for result in results for pair in recomputed(model, result)]
+    corr, gap = pearson_and_gap(pairs)
+    tokens = sum(len(a) for a, _ in pairs)
+    print(f"\nvLLM vs learner recomputation (T={temperature}, top-p={top_p}, {tokens} tokens): "
+          f"Pearson of probabilities {corr:.6f}, mean |log-prob gap| {gap:.2e}")
+    assert tokens > 200
+    assert corr >= 0.99
+    assert gap < 1e-3
+    # the learner's own scorer: the sample's temperature, no nucleus (svc_learner.update), so its
+    # log-probs sit below the engine's by the log of the nucleus mass, at most -log(top_p)
+    learner = [pair for result in results for pair in learner_recomputed(model, result)]
+    corr, gap = pearson_and_gap(learner)
+    diff = torch.cat([e - l for e, l in learner])
+    print(f"vLLM vs the learner's scorer (no nucleus): Pearson {corr:.6f}, mean |log-prob gap| {gap:.2e}")
+    assert corr >= 0.99 and diff.min() > -1e-3 and diff.max() < -math.log(top_p) + 1e-3
+
+
+def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, qwen2_policy):
+    vllm_engine.load(policy(vllm_engine.version + 1, qwen2_policy))
+    make = lambda i, seed: GroupRequest(f"c{seed}-{i}", vllm_engine.prompt_ids(PROMPTS[i]), 4, 8, 1.0, 0.95,  # noqa: E731
+                                        seed + i, 3000, 0.99)
+    vllm_engine.submit(make(0, 0))
+    vllm_engine.submit(make(1, 0))
+    first = vllm_engine.step()  # both groups' prefill and first tokens in one step
+    vllm_engine.submit(make(2, 0))  # joins the running batch
+    assert vllm_engine.in_flight() == 3 - len(first) and vllm_engine.sequences_in_flight() >= 4
+    done = first
+    while vllm_engine.in_flight():
+        done += vllm_engine.step()
+    assert sorted(r.request.key for r in done) == ["c0-0", "c0-1", "c0-2"]
+    again = run(vllm_engine, PROMPTS[:3], seed=0)  # same seeds (seed + i), other keys
+    by_key = {r.request.key: r for r in done}
+    for i, result in enumerate(again):
+        assert [s.tokens for s in result.samples] == [s.tokens for s in by_key[f"c0-{i}"].samples]
+        assert all(s.finish_reason == events.FINISH_REASON_STOP and s.tokens[-1] == vllm_engine.eos_id
+                   for s in result.samples)
+
+
+def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, qwen2_policy, tmp_path):
+    loop = looping_copy(qwen2_policy, tmp_path / "loop")
+    vllm_engine.load(policy(vllm_engine.version + 1, loop))
+    results = run(vllm_engine, PROMPTS[:4], n=4, window=40, early_stop_run=6)
+    seven = vllm_engine.tokenizer.convert_tokens_to_ids("7")
+    for sample in (s for r in results for s in r.samples):
+        assert sample.finish_reason == events.FINISH_REASON_REPETITION
+        assert sample.tokens == [seven] * 6  # the streak, then the engine's forced EOS (removed)
+        assert all(lp > math.log(0.99) for lp in sample.logprobs)
+    free = run(vllm_engine, PROMPTS[:1], n=2, window=20, early_stop_run=3000)  # truncation off: the loop runs on
+    assert all(s.finish_reason == events.FINISH_REASON_LENGTH and len(s.tokens) == 20 for s in free[0].samples)
+
+
+def test_vllm_reload_changes_versions_and_outputs_in_place(vllm_engine, qwen2_policy, tmp_path):
+    engine_before = vllm_engine.engine
+    base = vllm_engine.version + 1
+    vllm_engine.load(policy(base, qwen2_policy))
+    original = run(vllm_engine, PROMPTS[:4], seed=5)
+    vllm_engine.load(policy(base + 1, looping_copy(qwen2_policy, tmp_path / "loop")))
+    changed = run(vllm_engine, PROMPTS[:4], seed=5)
+    vllm_engine.load(policy(base + 2, qwen2_policy))
+    restored = run(vllm_engine, PROMPTS[:4], seed=5)
+    assert vllm_engine.engine is engine_before  # weights updated in place, no new engine
+    assert vllm_engine.last_reload_s < 30
+    assert {r.version for r in original} == {base} and {r.version for r in changed} == {base + 1}
+    assert {r.version for r in restored} == {base + 2}
+    tokens = lambda results: [[s.tokens for s in r.samples] for r in results]  # noqa: E731
+    assert tokens(changed) != tokens(original)
+    assert tokens(restored) == tokens(original)
+
+
+def test_vllm_refuses_a_policy_whose_checksum_differs(vllm_engine, qwen2_policy):
+    bad = events.PolicyVersion(version=10_000, checkpoint_uri=checkpoint.uri_for(qwen2_policy), sha256="0" * 64)
+    with pytest.raises(checkpoint.PolicyLoadError):
+        vllm_engine.load(bad)
+    assert vllm_engine.version < 10_000
+
+
+# ---- transformers generate and the native hybrid decoder ---------------------------------------
+@pytest.mark.parametrize("kind", ["hf", "native"])
+def test_batch_engines_report_logprobs_of_the_sampling_distribution(kind, qwen2_policy, hybrid_policy):
+    directory = qwen2_policy if kind == "hf" else hybrid_policy
+    engine = HFEngine(batch_groups=4, group_size=4, device="cpu") if kind == "hf" else NativeEngine(4, 4, "cpu")
+    engine.load(policy(0, directory))
+    results = run(engine, PROMPTS, n=4, temperature=0.8, top_p=0.9, seed=3)
+    assert len(results) == len(PROMPTS) and all(r.version == 0 for r in results)
+    model = checkpoint.load_model(directory)
+    for result in results:
+        for engine_lp, learner_lp in recomputed(model, result):
+            torch.testing.assert_close(engine_lp, learner_lp, rtol=0, atol=2e-4)
+    reasons = {s.finish_reason for r in results for s in r.samples}
+    assert events.FINISH_REASON_STOP in reasons
+
+
+@pytest.mark.parametrize("kind", ["hf", "native"])
+def test_batch_engines_truncate_a_looping_model(kind, qwen2_policy, hybrid_policy, tmp_path):
+    loop = looping_copy(qwen2_policy if kind == "hf" else hybrid_policy, tmp_path / "loop")
+    engine = HFEngine(device="cpu") if kind == "hf" else NativeEngine(device="cpu")
+    engine.load(policy(0, loop))
+    seven = engine.tokenizer.convert_tokens_to_ids("7")
+    for sample in (s for r in run(engine, PROMPTS[:3], n=2, window=40, early_stop_run=5) for s in r.samples):
+        assert sample.finish_reason == events.FINISH_REASON_REPETITION and sample.tokens == [seven] * 5
+
+
+def test_engines_refuse_the_architecture_they_do_not_run(qwen2_policy, hybrid_policy):
+    with pytest.raises(checkpoint.PolicyLoadError, match="native"):
+        HFEngine(device="cpu").load(policy(0, hybrid_policy))
+    with pytest.raises(checkpoint.PolicyLoadError, match="hybrid"):
+        NativeEngine(device="cpu").load(policy(0, qwen2_policy))
