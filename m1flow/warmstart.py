@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel
 
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
-from m1flow.tasks import arith, chain
+from m1flow.tasks import arith, chain, recheck
 from m1flow.tokenizer import CharTokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -34,7 +34,13 @@ class WarmStartConfig(BaseModel):
     ops: str = "+-"
     label_noise: float = 0.5
     model_overrides: dict = {}
-    task: Literal["arith", "chain"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    task: Literal["arith", "chain", "recheck"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    # task recheck (m1flow.tasks.recheck): the first recheck_skill_frac of the SFT examples take the
+    # re-check at recheck_skill_rate, so that the redo is learned; the rest at recheck_rate, so that the
+    # policy ends up writing it rarely (the fork token's probability follows the latest labels)
+    recheck_rate: float = 0.04
+    recheck_skill_rate: float = 0.5
+    recheck_skill_frac: float = 0.7
 
 
 def encode_example(tok: CharTokenizer, prompt: str, answer: str) -> tuple[list[int], int]:
@@ -70,9 +76,14 @@ def noisy_answer(answer: str, rng: random.Random, noise: float) -> str:
 def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]:
     """(prompt, noisy target response) for every SFT example of the chosen task, in training order."""
     n, seed = cfg.steps * cfg.batch_size, 10_000 + cfg.seed
-    if cfg.task == "chain":
+    if cfg.task in ("chain", "recheck"):
         chains = chain.problems(seed=seed, n=n, max_operand=cfg.max_operand, prefix="sft")
         rng.shuffle(chains)
+        if cfg.task == "recheck":
+            skill = int(cfg.recheck_skill_frac * n)
+            return [(p.text, recheck.noisy_solution(p, rng, cfg.label_noise,
+                                                    cfg.recheck_skill_rate if i < skill else cfg.recheck_rate))
+                    for i, p in enumerate(chains)]
         return [(p.text, chain.noisy_solution(p, rng, cfg.label_noise)) for p in chains]
     data = arith.problems(seed=seed, n=n, max_operand=cfg.max_operand, ops=cfg.ops, prefix="sft")
     rng.shuffle(data)
@@ -113,7 +124,7 @@ def _cache_root() -> Path:
 
 
 def _key(cfg: WarmStartConfig) -> str:
-    sources = [Path(__file__), Path(__file__).parent / "tasks" / f"{cfg.task}.py",
+    sources = [Path(__file__), *sorted((Path(__file__).parent / "tasks").glob("*.py")),
                *sorted((Path(__file__).parent / "model").glob("*.py")),
                *sorted((Path(__file__).parents[1] / "kernels" / "lightning_attn").glob("*.py"))]
     digest = hashlib.sha256(cfg.model_dump_json().encode())

@@ -20,6 +20,7 @@ from svc_learner import checkpoint
 from svc_learner.batching import Batch, batch_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
+from svc_learner.drift import drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.update import Ranks, run_updates
 
@@ -34,6 +35,7 @@ class Trainer:
         self.ranks = ranks
         self.root = cfg.checkpoint_root()
         self.loss_spec = cfg.algorithm.loss()
+        self.drift_limit = drift_limit(self.loss_spec.name, cfg.train.drift_limit)
         torch.manual_seed(cfg.seed)
         self.resumed = checkpoint.latest(self.root)
         source = self.resumed or cfg.init_checkpoint
@@ -95,6 +97,10 @@ class Trainer:
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
         stats = {**batch_stats(selected), **stats}
+        warning = drift_warning(stats, self.loss_spec.name, self.drift_limit)
+        if warning:
+            log.warning("step %s: %s", self.state.version + 1, warning)
+        stats["drift_warning"] = float(warning is not None)  # on `metrics` as learner/drift_warning
         with self.lock:
             self.state.version += 1
             self.state.step += 1

@@ -27,6 +27,8 @@ from .logprobs import fused_head_loss
 from .optim import EPS, clip_gradients
 from .precision import HeadDtype, cast_head, correlation_moments, head_logprobs, pearson_from_moments
 
+LAST_ABS_LOG_RATIO, LAST_NUM_TOKENS = "_last_abs_log_ratio", "_last_num_tokens"  # reduced with the sums
+
 
 class LearnerConfig(BaseModel):
     """How a batch is trained on (optimizer, updates, LM head); what is trained on is `algorithm`."""
@@ -43,6 +45,9 @@ class LearnerConfig(BaseModel):
     logprob_chunk: int | None = Field(None, description="tokens per head chunk; None: bounded by bytes")
     fused_loss: bool = Field(True, description="form the loss gradient inside the chunked LM head "
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
+    drift_limit: float | None = Field(
+        None, description="warn when the last minibatch's mean |log ratio| exceeds this; None: the policy "
+                          "loss's own limit (svc_learner.drift)")
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,9 @@ def run_updates(
             sums[key] = sums.get(key, 0.0) + (value if key == "num_tokens" else value * n_tok).detach()
         sums["loss"] = sums.get("loss", 0.0) + loss.detach()
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / ranks.world
+        if step == len(parts) - 1:  # the most off-policy minibatch: every other update came before it
+            sums[LAST_ABS_LOG_RATIO] = (mb_stats["abs_log_ratio"] * n_tok).detach()
+            sums[LAST_NUM_TOKENS] = n_tok.detach()
     if recompute:  # the recomputed pass saw the whole batch before any update
         local = torch.cat(parts)
         corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
@@ -183,6 +191,7 @@ def run_updates(
     totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]))
     reduced = dict(zip(keys, totals.tolist()))
     n_tok = max(reduced["num_tokens"], 1.0)
+    last_abs, last_tokens = reduced.pop(LAST_ABS_LOG_RATIO), reduced.pop(LAST_NUM_TOKENS)
     out: dict[str, float] = {"updates": len(parts)}
     for key, value in reduced.items():
         if key in ("loss", "grad_norm"):
@@ -191,6 +200,8 @@ def run_updates(
             out[key] = value
         else:
             out[key] = value / n_tok
+    out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
+    out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
     out["train_infer_corr"] = pearson_from_moments(ranks.sum(corr_moments))
     return out
 
