@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell bash scripts/env.sh)
 PY = PYTHONPATH=$(CURDIR) $(VENV)/bin/python
 
-.PHONY: setup proto demo test test-fast up clean
+.PHONY: setup docker proto demo test test-fast up cluster cluster-down clean
 
 setup:
 	bash scripts/system_deps.sh
@@ -13,17 +13,33 @@ setup:
 	bash scripts/kafka_jars.sh >/dev/null
 	$(PY) -m m1flow.protogen
 
+# A Docker engine and Compose v2 (installed and started when none answers) and the base images
+# (local stand-ins where no registry answers), for the cluster and the Docker sandbox tests. A
+# machine that cannot run an engine goes on without one: those tests then skip with the reason.
+docker:
+	@bash scripts/docker_engine.sh || [ $$? -eq 3 ]
+	@bash scripts/docker_images.sh >/dev/null || [ $$? -eq 3 ]
+
 proto:
 	$(PY) -m m1flow.protogen
 
 demo: setup
 	$(PY) -m m1flow demo --minutes $${MINUTES:-4}
 
-test: setup
+# The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.
+test: setup docker
+	@export M1FLOW_SANDBOX_BASE="$${M1FLOW_SANDBOX_BASE:-$$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 up: setup
 	$(PY) -m m1flow up
+
+# The mini-cluster in containers (docker-compose.yml): `m1flow cluster up|status|down`.
+cluster: setup docker
+	$(PY) -m m1flow cluster up
+
+cluster-down:
+	$(PY) -m m1flow cluster down --volumes
 
 clean:
 	rm -rf run m1flow/v1

@@ -53,7 +53,7 @@ def run_case(method: str, tokens: int, vocab: int, hidden: int, chunk: int | Non
     import torch
 
     from svc_learner.logprobs import fused_head_loss, naive_token_logprobs, token_logprobs
-    from svc_learner.objective import TokenObjective
+    from m1flow.rl.objectives import LossSpec, TokenObjective
 
     torch.manual_seed(0)
     h = torch.randn(tokens, hidden).mul_(0.05).requires_grad_()  # in place: no transient copies
@@ -61,7 +61,7 @@ def run_case(method: str, tokens: int, vocab: int, hidden: int, chunk: int | Non
     targets = torch.randint(0, vocab, (tokens,))
     # logp is about -log V here; old log-probs 0.3 nats around it put some ratios outside the clip
     old = torch.full((1, tokens), -math.log(vocab)) + 0.3 * torch.randn(1, tokens)
-    objective = TokenObjective.build(old, torch.randn(1, tokens), torch.ones(1, tokens), "cispo")
+    objective = TokenObjective.build(old, torch.randn(1, tokens), torch.ones(1, tokens), LossSpec("cispo"))
     objective = objective.select(torch.ones(1, tokens, dtype=torch.bool))
     base = psutil.Process().memory_info().rss  # resident now, inputs included
     assert _maxrss_bytes() <= base + 64 * 2**20, "an earlier transient would hide part of the peak"

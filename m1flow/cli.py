@@ -292,6 +292,9 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)
     d.set_defaults(func=cmd_demo)
+
+    from m1flow.cluster import add_parser as add_cluster_parser
+    add_cluster_parser(sub)
     return p
 
 

@@ -1,26 +1,35 @@
 """Topic creation and inspection over the Kafka admin API."""
 from __future__ import annotations
 
+import logging
+
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
-from m1flow.bus.topics import ALL_TOPICS, TopicSpec
+from m1flow.bus.topics import ALL_TOPICS, TopicLayout, TopicSpec
+
+log = logging.getLogger(__name__)
 
 
 def admin_client(bootstrap: str, client_id: str = "m1flow-admin") -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=20000)
 
 
-def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suffix: str = "") -> list[str]:
-    """Create missing topics with the table's partitions and config (and their `.suffix` copies
-    when given); return the names created."""
+def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suffix: str = "",
+                  layout: TopicLayout | None = None) -> list[str]:
+    """Create missing topics with the layout's partitions (the table's by default) and config (and
+    their `.suffix` copies when given); return the names created. Existing topics are left as they
+    are: adding partitions to a keyed topic would move keys, so a mismatch is only logged."""
+    layout = layout or TopicLayout()
+    specs = tuple(layout.apply(s) for s in specs)
     if suffix:
         specs = specs + tuple(s.renamed(f"{s.name}.{suffix}") for s in specs)
     admin = admin_client(bootstrap)
     try:
         existing = set(admin.list_topics())
+        _warn_mismatch(admin, [s for s in specs if s.name in existing])
         new = []
         for spec in specs:
             if spec.name in existing:
@@ -28,8 +37,8 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suf
             config = dict(spec.config)
             if spec.compacted:
                 config.setdefault("cleanup.policy", "compact")
-            new.append(NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=1,
-                                topic_configs=config))
+            new.append(NewTopic(spec.name, num_partitions=spec.partitions,
+                                replication_factor=layout.replication_factor, topic_configs=config))
         for topic in new:  # one by one: a concurrent creator must not fail the others
             try:
                 admin.create_topics([topic], timeout_ms=20000)
@@ -38,6 +47,18 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suf
         return [t.name for t in new]
     finally:
         admin.close()
+
+
+def _warn_mismatch(admin: KafkaAdminClient, specs: list[TopicSpec]) -> None:
+    if not specs:
+        return
+    wanted = {s.name: s.partitions for s in specs}
+    for topic in admin.describe_topics(list(wanted)):
+        name = topic.get("name", topic.get("topic"))  # the metadata key differs across kafka-python versions
+        have = len(topic.get("partitions") or ())
+        if name in wanted and have and have != wanted[name]:
+            log.warning("topic %s has %d partitions, the layout asks for %d: left as it is (recreate it "
+                        "to change: new partitions would move keys)", name, have, wanted[name])
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

@@ -53,8 +53,12 @@ class Liveness:
     """What the loop reports (thread-safe setters) and the watchdog thread that judges it."""
 
     def __init__(self, bootstrap: str, group_id: str, config: LivenessConfig,
-                 on_change: Callable[[Health], None] = lambda h: None, assigned_mode: bool = False) -> None:
+                 on_change: Callable[[Health], None] = lambda h: None, assigned_mode: bool = False,
+                 member: str | None = None) -> None:
+        """member: this consumer's static member id (group.instance.id), by which the broker's view
+        of the group can tell a member that owns nothing apart from one still joining."""
         self.bootstrap, self.group_id, self.config, self.on_change = bootstrap, group_id, config, on_change
+        self.member = member
         self._lock = threading.Lock()
         now = time.monotonic()
         self._handled, self._progress_at, self._step_at = 0, now, now
@@ -86,9 +90,24 @@ class Liveness:
             self._owned, self._waiting_since = set(partitions), None
             self._progress_at = time.monotonic()  # a new owner gets a full stall window
 
-    def revoked(self) -> None:
+    def owns(self, partitions: set[tuple[str, int]]) -> None:
+        """What the client says this member owns now (each step): a non-empty assignment means
+        joined, whether or not an assignment callback said so (cooperative rounds may not)."""
+        if partitions:
+            with self._lock:
+                if self._owned != partitions:
+                    self._owned, self._waiting_since = set(partitions), None
+
+    def revoked(self, partitions: set[tuple[str, int]] | None = None) -> None:
+        """Cooperative rebalancing revokes only what moves: a replica keeping partitions is still an
+        owner (kafka-python calls no on_partitions_assigned when nothing is added). It waits for an
+        assignment only once it owns nothing (or when the revoked set is not known)."""
         with self._lock:
-            self._owned, self._waiting_since = None, time.monotonic()
+            kept = self._owned - partitions if self._owned is not None and partitions is not None else set()
+            if kept:
+                self._owned = kept
+            else:
+                self._owned, self._waiting_since = None, time.monotonic()
 
     def throttled(self, value: bool) -> None:
         with self._lock:
@@ -113,6 +132,7 @@ class Liveness:
                 if clients is None:
                     clients = _clients(self.bootstrap, self.group_id)
                 lag = self._lag(*clients)
+                self._check_membership(clients[1])
                 self._broker_ok_at = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - any failure to ask the broker counts as "away"
                 log.debug("liveness: broker query failed: %r", exc)
@@ -139,6 +159,21 @@ class Liveness:
             start = max(meta.offset if meta is not None and meta.offset >= 0 else 0, read.get((tp.topic, tp.partition), 0))
             behind += max(0, ends.get(tp, 0) - start)
         return behind
+
+    def _check_membership(self, admin: KafkaAdminClient) -> None:
+        """A member waiting for an assignment past join_after_s may simply own nothing (more
+        replicas than partitions, or all of its partitions moved in a cooperative round): if the
+        broker lists it in a Stable group, it has joined, with nothing to do."""
+        with self._lock:
+            waiting = self._waiting_since
+        if self.member is None or waiting is None or time.monotonic() - waiting <= self.config.join_after_s:
+            return
+        group = admin.describe_groups([self.group_id]).get(self.group_id, {})
+        members = {m.get("group_instance_id") for m in group.get("members", [])}
+        if group.get("group_state") == "Stable" and self.member in members:
+            with self._lock:
+                if self._waiting_since is not None:
+                    self._owned, self._waiting_since = set(), None
 
     def verdict(self, lag: int | None, now: float | None = None) -> Health:
         """The health that the reported numbers and the broker's lag (None: broker away) imply."""

@@ -1,9 +1,14 @@
-"""The topic table of docs/architecture.md: names, keys, value types, partitions and retention."""
+"""The topic table of docs/architecture.md: names, keys, value types, partitions and retention.
+
+The partition counts here are defaults; TopicLayout (ServiceConfig.topics, `M1FLOW_TOPICS`)
+overrides them and sets the replication factor for the topics a service creates.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from google.protobuf.message import Message
+from pydantic import BaseModel, Field, field_validator
 
 from m1flow.contracts import events
 
@@ -35,6 +40,30 @@ ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL,
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL_TOPICS}
 
 POLICY_KEY = b"policy"
+
+
+class TopicLayout(BaseModel):
+    """How topics are created: partitions bound how many replicas of a consumer group share the work
+    (the README's table), the replication factor how many brokers hold each partition."""
+
+    partitions: dict[str, int] = Field(default_factory=dict,
+                                       description="partitions per topic name, over the table's defaults")
+    replication_factor: int = Field(1, ge=1, description="copies of each partition (1 on a single broker)")
+
+    @field_validator("partitions")
+    @classmethod
+    def _known_topics(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, count in value.items():
+            if name not in BY_NAME:
+                raise ValueError(f"topics.partitions: unknown topic {name!r}; known: {', '.join(BY_NAME)}")
+            if count < 1:
+                raise ValueError(f"topics.partitions.{name}: must be at least 1, got {count}")
+        return value
+
+    def apply(self, spec: TopicSpec) -> TopicSpec:
+        """The spec with this layout's partition count ('scored.replay' follows 'scored')."""
+        count = self.partitions.get(spec.name.split(".", 1)[0])
+        return spec if count is None else replace(spec, partitions=count)
 
 
 def spec(name: str) -> TopicSpec:

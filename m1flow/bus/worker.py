@@ -137,6 +137,7 @@ class StreamWorker:
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
         self.static_member = static_member and start_offsets is None
         self.liveness = Liveness(bootstrap, group_id, liveness or LivenessConfig(), on_health,
+                                 member=self.client_id if self.static_member else None,
                                  assigned_mode=start_offsets is not None)
         self._events: deque[tuple[str, set[tuple[str, int]]]] = deque()
         self._backlog: dict[TP, deque] = {}
@@ -181,7 +182,7 @@ class StreamWorker:
 
     def _revoked_event(self, partitions: set[TP]) -> None:
         self._events.append(("revoked", partitions))
-        self.liveness.revoked()
+        self.liveness.revoked(partitions)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event) -> None:
@@ -200,6 +201,7 @@ class StreamWorker:
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         self.liveness.handled(count)
+        self.liveness.owns(self.consumer.assignment())
         self.liveness.stepped(self.tracker.read_positions())
         return count
 
@@ -260,9 +262,12 @@ class StreamWorker:
             if kind == "revoked":
                 self._on_revoked(partitions)
             else:
-                self.liveness.assigned(self.consumer.assignment())
+                owned = self.consumer.assignment()
+                self.liveness.assigned(owned)
                 self.liveness.mark_ready()
-                log.info("assigned %s", sorted(f"{t}/{p}" for t, p in partitions))
+                # cooperative rebalancing reports what was added (often nothing): log what it owns too
+                log.info("assigned %s, owns %s", sorted(f"{t}/{p}" for t, p in partitions),
+                         sorted(f"{t}/{p}" for t, p in owned))
 
     def lag(self) -> int:
         """Records left to handle on the owned partitions, up to their end (replay: their stop

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from m1flow.bus.liveness import LivenessConfig
+from m1flow.bus.topics import TopicLayout
+from m1flow.runtime.replica import container_replica
 
 T = TypeVar("T", bound="ServiceConfig")
 
@@ -26,7 +28,8 @@ class ServiceConfig(BaseModel):
     run_id: str = Field("local", description="Run id stamped on every event's trace")
     run_dir: Path = Field(Path("run"), description="Where checkpoints, readiness files and logs go")
     group_id: str = Field("", description="Consumer group; default m1flow-<service>")
-    replica: int = Field(0, description="Replica index, for logs and readiness files")
+    replica: int = Field(0, description="Replica index, for logs, client ids and readiness files; "
+                                        "'auto': from the container's name (docker compose --scale)")
     ready_dir: Path | None = Field(None, description="where the readiness file goes; default run_dir/ready")
     grpc_host: str = Field("127.0.0.1", description="address gRPC binds (0.0.0.0 in containers)")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
@@ -42,6 +45,15 @@ class ServiceConfig(BaseModel):
                                      description="when the consumer reports unhealthy (no progress, broker away)")
     log_level: str = "INFO"
     log_json: bool = True
+    exit_unhealthy_after_s: float = Field(0.0, ge=0, description="exit, for the container engine to restart it, "
+                                          "after this long unhealthy having been healthy; 0: never")
+    topics: TopicLayout = Field(default_factory=TopicLayout,
+                                description="partitions per topic and replication factor of the topics it creates")
+
+    @field_validator("replica", mode="before")
+    @classmethod
+    def _replica(cls, value: Any) -> Any:
+        return container_replica() if value == "auto" else value
 
     @classmethod
     def load(cls: type[T], argv: list[str] | None = None, env: dict[str, str] | None = None) -> T:

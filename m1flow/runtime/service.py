@@ -20,6 +20,7 @@ from m1flow.bus.liveness import Health
 from m1flow.bus.worker import Handler, StreamWorker
 from m1flow.runtime import health, logs
 from m1flow.runtime.config import ServiceConfig
+from m1flow.runtime.stuck_exit import StuckExit
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
     if cls.uses_kafka:
-        ensure_topics(config.bootstrap, suffix=config.output_suffix)
+        ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
                                                             config.grpc_workers)
     names = service.register(server)
@@ -85,6 +86,8 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     service.start()
     if not hasattr(service, "stream"):  # no consumer: ready once started
         health.set_serving(health_servicer, names, True)
+    elif config.exit_unhealthy_after_s:
+        StuckExit(lambda: service.stream.liveness.health, config.exit_unhealthy_after_s).start()
     ready = ready_file(config.run_dir, cls.name, config.replica, config.ready_dir)
     ready.parent.mkdir(parents=True, exist_ok=True)
     tmp = ready.with_suffix(".tmp")

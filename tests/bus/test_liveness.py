@@ -43,3 +43,43 @@ def test_broker_away_long_enough_is_unhealthy():
     live._broker_ok_at = now
     assert live.verdict(None, now + 5).healthy
     assert live.verdict(None, now + 21).reason.startswith("broker unreachable")
+
+
+def test_a_replica_that_keeps_partitions_after_a_cooperative_revocation_stays_an_owner():
+    """A second replica joins: the first gives up half its partitions and keeps the rest; kafka-python
+    then reports no assignment for it (nothing was added), so it must not wait for one."""
+    live, now = fresh()
+    live.assigned({("rollouts", p) for p in range(4)})
+    live.revoked({("rollouts", 2), ("rollouts", 3)})
+    assert live.verdict(0, now + 31).healthy
+    live.revoked({("rollouts", 0), ("rollouts", 1)})  # everything gone: now it waits for an assignment
+    assert "no partition assignment for" in live.verdict(0, time.monotonic() + 31).reason
+
+
+def test_an_assignment_the_client_reports_counts_even_without_a_callback():
+    live, now = fresh()
+    live.owns(set())  # nothing yet: still joining
+    assert live.verdict(0, now + 1).reason == "joining the consumer group"
+    live.owns({("rollouts", 1)})
+    assert live.verdict(0, now + 1).healthy
+
+
+class Describes:
+    """A stand-in for the admin client's describe_groups answer."""
+
+    def __init__(self, state: str, instances: list[str]) -> None:
+        self.answer = {"g": {"group_state": state, "members": [{"group_instance_id": i} for i in instances]}}
+
+    def describe_groups(self, group_ids):  # noqa: ANN001
+        return self.answer
+
+
+def test_a_member_of_a_stable_group_that_owns_nothing_is_idle_not_stuck():
+    live = Liveness("127.0.0.1:1", "g", CFG, member="rollout-3")
+    live._waiting_since = time.monotonic() - 31
+    live._check_membership(Describes("PreparingRebalance", ["rollout-3"]))
+    assert "no partition assignment" in live.verdict(0).reason  # a rebalance that never ends is stuck
+    live._check_membership(Describes("Stable", ["rollout-1", "rollout-2"]))
+    assert "no partition assignment" in live.verdict(0).reason  # not in the group at all
+    live._check_membership(Describes("Stable", ["rollout-1", "rollout-3"]))
+    assert live.verdict(0).healthy  # in the group, with nothing assigned: an idle replica

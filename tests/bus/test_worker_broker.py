@@ -118,6 +118,38 @@ def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap, c
         worker.close()
 
 
+class Count(HandlerBase):
+    def __init__(self, topics) -> None:  # noqa: ANN001
+        self.topics = topics
+        self.partitions: list[int] = []
+
+    def handle(self, message, record, ctx):  # noqa: ANN001
+        self.partitions.append(record.partition)
+
+
+def test_one_record_per_step_reads_every_record_of_every_partition(bootstrap, client):
+    """kafka-python 3.0 parks fetched records of a partition paused mid-batch and, after the last
+    batch it hands out, never restores them: the worker (which pauses busy partitions every step)
+    used to stop for good on some partitions a few hundred records in (found by engineer E)."""
+    topic = fresh_topic(bootstrap, f"control.tail-{client}")
+    producer = Producer(bootstrap, "t-tail")
+    for p in range(4):
+        for i in range(400):
+            producer.send(topic, f"k{p}", events.Control(header=codec.header("t"), reason=f"{p}-{i}"), partition=p)
+    producer.flush()
+    handler = Count((topic,))
+    worker = StreamWorker(bootstrap, f"test-tail-{client}", handler, "test", max_records=1, client=client)
+    try:
+        deadline, last, progress_at = time.monotonic() + 240, 0, time.monotonic()
+        while len(handler.partitions) < 1600 and time.monotonic() < deadline and time.monotonic() - progress_at < 20:
+            worker.step()
+            if len(handler.partitions) != last:
+                last, progress_at = len(handler.partitions), time.monotonic()
+        assert len(handler.partitions) == 1600, {p: handler.partitions.count(p) for p in range(4)}
+    finally:
+        worker.close()
+
+
 def test_health_turns_serving_on_assignment_and_unhealthy_when_a_step_never_returns(bootstrap, client):
     from m1flow.bus.liveness import LivenessConfig
 

@@ -24,9 +24,12 @@ ALL_GROUPS = '{"dynamic_sampling": false}'
 
 def test_loop_learns_publishes_versions_and_scores_each_group_once(tmp_path):
     # every group takes a place in a batch (no dynamic sampling), so 16 groups make 4 steps whatever
-    # the rewards; refilling batches with trainable groups is tested in test_learner_selection.py
+    # the rewards; refilling batches with trainable groups is tested in test_learner_selection.py.
+    # The rollout service samples one batch per version, then waits for the next: later rollouts carry
+    # reloaded versions however fast or slow each service runs (with 2 batches ahead, all 16 groups
+    # could be sampled on v0 and v1 before v2 arrived, which happened under load).
     stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH), "--algorithm", ALL_GROUPS],
-                                          "rollout": ["--max-ahead-groups", str(2 * BATCH)]})
+                                          "rollout": ["--max-ahead-groups", str(BATCH)]})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
         ids = publish(Producer(stack.bootstrap, "test"), problems(seed=3, n=N_PROMPTS, max_operand=20), GROUP)

@@ -40,7 +40,7 @@ def test_a_restarted_replica_rejoins_without_a_rebalance(tmp_path):
         wait_for(lambda: all(g in scored_by_group(boot) for g in after), 120, "groups after the restart")
 
         assert assignments(survivor) == before_survivor  # the survivor saw no rebalance at all
-        partitions = lambda lines: lines[-1].split("assigned ")[1]  # noqa: E731
+        partitions = lambda lines: lines[-1].split("owns ")[1]  # noqa: E731 - what it ended up owning
         assert partitions(assignments(restarted)) == partitions(before_victim)  # same partitions back
     finally:
         stack.stop()

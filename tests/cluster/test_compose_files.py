@@ -1,0 +1,91 @@
+"""What docker-compose.yml and its GPU override promise, read back through `docker compose config`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from m1flow.cluster import ROOT
+
+SERVICES = ("svc_sandbox", "svc_reward", "svc_learner", "svc_rollout", "svc_monitor")
+
+
+def config(*files: str, **env: str) -> dict:
+    args = [arg for f in files for arg in ("-f", str(ROOT / f))]
+    out = subprocess.run(["docker", "compose", *args, "config", "--format", "json"], cwd=ROOT, text=True,
+                         capture_output=True, env={**os.environ, **env}, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def compose(docker_engine) -> dict:
+    return config("docker-compose.yml")
+
+
+def test_one_service_builds_the_image_every_service_runs(compose):
+    services = compose["services"]
+    # policy0 builds the services' image; sandbox_image the sandbox's run image; nothing else builds
+    assert sorted(name for name, s in services.items() if "build" in s) == ["policy0", "sandbox_image"]
+    image = services["policy0"]["image"]
+    assert all(services[name]["image"] == image for name in (*SERVICES, "docker_proxy"))
+    assert services["policy0"]["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim"
+    assert services["sandbox_image"]["build"]["context"].endswith("docker/sandbox")
+
+
+def test_only_the_socket_proxy_holds_the_engine_socket(compose):
+    services = compose["services"]
+    holders = [name for name, s in services.items()
+               if any(v.get("source") == "/var/run/docker.sock" for v in s.get("volumes", ()))]
+    assert holders == ["docker_proxy"]
+    assert set(services["docker_proxy"]["networks"]) == {"sandbox-engine"}  # svc_sandbox's network only
+    assert compose["networks"]["sandbox-engine"]["internal"] is True
+    assert {name for name, s in services.items() if "sandbox-engine" in (s.get("networks") or {})} == {
+        "docker_proxy", "svc_sandbox"}
+    settings = json.loads(services["svc_sandbox"]["environment"]["M1FLOW_DOCKER"])
+    assert settings == {"engine": "tcp://docker-proxy:2375", "image": "m1flow-sandbox:latest"}
+
+
+def test_base_images_and_ca_bundle_come_from_variables(docker_engine):
+    got = config("docker-compose.yml", M1FLOW_BASE_IMAGE="local/python:1", M1FLOW_KAFKA_IMAGE="local/kafka:1",
+                 M1FLOW_CA_BUNDLE="/etc/hostname", M1FLOW_IMAGE="m1flow:abc")
+    assert got["services"]["policy0"]["build"]["args"]["BASE_IMAGE"] == "local/python:1"
+    assert got["services"]["kafka"]["image"] == "local/kafka:1"
+    assert got["services"]["svc_reward"]["image"] == "m1flow:abc"
+    assert got["secrets"]["ca_bundle"]["file"] == "/etc/hostname"
+    # the bundle reaches the build as a secret and the containers as a mounted file, never a layer
+    assert got["services"]["policy0"]["build"]["secrets"][0]["source"] == "ca_bundle"
+    assert all(got["services"][name]["secrets"][0]["source"] == "ca_bundle" for name in SERVICES)
+
+
+def test_metrics_and_monitor_ports_are_published_on_loopback(compose):
+    for name in SERVICES:
+        ports = {p["target"]: p for p in compose["services"][name]["ports"]}
+        assert ports[9100]["host_ip"] == "127.0.0.1" and not ports[9100].get("published"), name
+    monitor = {p["target"]: p for p in compose["services"]["svc_monitor"]["ports"]}
+    assert monitor[50051]["published"] == "50055" and monitor[8080]["published"] == "8080"
+    assert compose["services"]["svc_monitor"]["environment"]["M1FLOW_DASHBOARD_HOST"] == "0.0.0.0"
+
+
+def test_every_replica_derives_its_own_index_and_exits_when_stuck(compose):
+    assert all(compose["services"][name]["environment"]["M1FLOW_REPLICA"] == "auto" for name in SERVICES)
+    # Docker restarts on exits, never on a failing health check
+    assert all(compose["services"][name]["environment"]["M1FLOW_EXIT_UNHEALTHY_AFTER_S"] == "120" for name in SERVICES)
+    assert all(compose["services"][name]["restart"] == "unless-stopped" for name in SERVICES)
+
+
+def test_gpu_override_reserves_gpus_for_rollout_and_learner_only(docker_engine):
+    got = config("docker-compose.yml", "docker-compose.gpu.yml", M1FLOW_ROLLOUT_GPUS="2")
+    reserved = {name: s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+                for name, s in got["services"].items()}
+    assert {name for name, devices in reserved.items() if devices} == {"svc_rollout", "svc_learner"}
+    assert reserved["svc_rollout"][0]["driver"] == "nvidia" and reserved["svc_rollout"][0]["count"] == 2
+    assert reserved["svc_learner"][0]["capabilities"] == ["gpu"]
+
+
+def test_topic_layout_reaches_every_service_only_when_given(compose, docker_engine):
+    assert all(compose["services"][name]["environment"].get("M1FLOW_TOPICS") is None for name in SERVICES)
+    layout = '{"partitions": {"rollouts": 8}}'
+    got = config("docker-compose.yml", M1FLOW_TOPICS=layout)
+    assert all(got["services"][name]["environment"]["M1FLOW_TOPICS"] == layout for name in SERVICES)
