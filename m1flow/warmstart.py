@@ -35,9 +35,11 @@ class WarmStartConfig(BaseModel):
     label_noise: float = 0.5
     model_overrides: dict = {}
     task: Literal["arith", "chain", "recheck"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
-    # task recheck (m1flow.tasks.recheck): the first recheck_skill_frac of the SFT examples take the
-    # re-check at recheck_skill_rate, so that the redo is learned; the rest at recheck_rate, so that the
-    # policy ends up writing it rarely (the fork token's probability follows the latest labels)
+    # task recheck (m1flow.tasks.recheck): the quick pass forgets each carry with probability
+    # recheck_carry_slip; the first recheck_skill_frac of the SFT examples take the re-check at
+    # recheck_skill_rate, so that the redo is learned, the rest at recheck_rate, so that the policy ends
+    # up writing it rarely (the fork token's probability follows the latest labels)
+    recheck_carry_slip: float = 1.0
     recheck_rate: float = 0.04
     recheck_skill_rate: float = 0.5
     recheck_skill_frac: float = 0.7
@@ -81,7 +83,7 @@ def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]
         rng.shuffle(chains)
         if cfg.task == "recheck":
             skill = int(cfg.recheck_skill_frac * n)
-            return [(p.text, recheck.noisy_solution(p, rng, cfg.label_noise,
+            return [(p.text, recheck.noisy_solution(p, rng, cfg.recheck_carry_slip,
                                                     cfg.recheck_skill_rate if i < skill else cfg.recheck_rate))
                     for i, p in enumerate(chains)]
         return [(p.text, chain.noisy_solution(p, rng, cfg.label_noise)) for p in chains]

@@ -1,51 +1,56 @@
-"""The re-check variant of the chained sums: the re-check is rare in the warm start's labels, is taken
-independently of the slip, and when taken always ends in the right answer."""
+"""The re-check variant of the chained sums: the quick pass forgets carries, the re-check redoes it right,
+and the warm start's labels take the re-check rarely and independently of the quick pass."""
 from __future__ import annotations
 
 import random
 
 from m1flow.tasks import chain
-from m1flow.tasks.recheck import RECHECK, noisy_solution, parse_answer, problems, reward, took_recheck, write_recheck
+from m1flow.tasks.recheck import (RECHECK, carries, noisy_solution, parse_answer, problems, reward, took_recheck,
+                                  write_recheck)
 from m1flow.tokenizer import CharTokenizer
 from m1flow.warmstart import WarmStartConfig, _key, sft_pairs
 
 
-def test_a_recheck_redoes_the_scratchpad_and_its_answer_is_the_stated_one():
-    assert write_recheck([4, 7, 2, 9]) == chain.write_solution([4, 7, 2, 9]) == "4+7=11,11+2=13,13+9=22;22"
-    slipped = write_recheck([4, 7, 2, 9], slip=(1, 1))
-    assert slipped == "4+7=11,11+2=14,14+9=23;23" and parse_answer(slipped) == 23
-    fixed = write_recheck([4, 7, 2, 9], slip=(1, 1), recheck=True)
-    assert fixed == "4+7=11,11+2=14,14+9=23?4+7=11,11+2=13,13+9=22;22"
-    assert parse_answer(fixed) == 22 and reward(fixed, "22") == 1.0 and reward(slipped, "22") == 0.0
-    # a slip in the stated answer only: the re-check states the right one instead
-    assert write_recheck([3, 4, 5], slip=(2, -2), recheck=True) == "3+4=7,7+5=12?3+4=7,7+5=12;12"
+def test_the_quick_pass_forgets_the_carries_it_is_told_to_and_the_recheck_states_the_right_sum():
+    terms = [4, 7, 2, 9]  # 4+7 carries, 11+2 does not, 13+9 carries
+    assert [carries(4, 7), carries(11, 2), carries(13, 9)] == [True, False, True]
+    assert write_recheck(terms) == chain.write_solution(terms) == "4+7=11,11+2=13,13+9=22;22"
+    quick = write_recheck(terms, frozenset({0, 1, 2}))
+    assert quick == "4+7=1,1+2=3,3+9=2;2" and parse_answer(quick) == 2 and reward(quick, "22") == 0.0
+    assert write_recheck(terms, frozenset({1})) == chain.write_solution(terms)  # step 1 has no carry to forget
+    fixed = write_recheck(terms, frozenset({0, 1, 2}), recheck=True)
+    assert fixed == "4+7=1,1+2=3,3+9=2?4+7=11,11+2=13,13+9=22;22"
+    assert parse_answer(fixed) == 22 and reward(fixed, "22") == 1.0 and took_recheck(fixed)
 
 
 def test_took_recheck_looks_only_before_the_stated_answer():
     assert took_recheck("4+7=11?4+7=11;11") and not took_recheck("4+7=11;11")
     assert not took_recheck("4+7=11;1?") and parse_answer("4+7=11;1?") is None
-    assert took_recheck("4+7=12?4+7=11")  # cut short after the re-check: took it, states nothing
-    assert parse_answer("4+7=12?4+7=11") is None
+    assert took_recheck("4+7=1?4+7=11")  # cut short after the re-check: took it, states nothing
+    assert parse_answer("4+7=1?4+7=11") is None
 
 
-def test_labels_slip_and_recheck_independently_at_their_rates():
+def test_labels_forget_carries_and_recheck_independently_at_their_rates():
     rng = random.Random(0)
-    data = problems(seed=5, n=4000)
-    labels = [noisy_solution(p, rng, noise=0.5, recheck_rate=0.2) for p in data]
+    data = problems(seed=5, n=4000, max_operand=12)
+    labels = [noisy_solution(p, rng, carry_slip=0.5, recheck_rate=0.2) for p in data]
     rechecked = [took_recheck(s) for s in labels]
-    # the first scratchpad differs from the reference's when a partial sum slipped
-    slipped = [s.split(RECHECK)[0].rsplit(";", 1)[0] != p.solution.rsplit(";", 1)[0] for p, s in zip(data, labels)]
     assert 0.17 < sum(rechecked) / len(data) < 0.23
-    rates = []
-    for took in (True, False):
-        group = [slip for slip, r in zip(slipped, rechecked) if r is took]
-        rates.append(sum(group) / len(group))
-    assert 0.3 < rates[1] < 0.45 and abs(rates[0] - rates[1]) < 0.06  # as often with the re-check as without
+    # the quick pass is wrong as often whether or not the label re-checks
+    quick_wrong = [s.split(RECHECK)[0].rsplit(";", 1)[0] != p.solution.rsplit(";", 1)[0] for p, s in zip(data, labels)]
+    rates = [sum(w for w, r in zip(quick_wrong, rechecked) if r is took) / sum(r is took for r in rechecked)
+             for took in (True, False)]
+    assert 0.3 < rates[1] < 0.8 and abs(rates[0] - rates[1]) < 0.06
     for p, s, took in zip(data, labels, rechecked):
         if took:
             assert parse_answer(s) == int(p.answer) and s.endswith(p.solution)
         else:
-            assert RECHECK not in s
+            assert RECHECK not in s and parse_answer(s) <= int(p.answer) and (int(p.answer) - parse_answer(s)) % 10 == 0
+    always = [noisy_solution(p, rng, 1.0, 0.0) for p in data[:300]]  # every carry forgotten: right only without one
+    for p, s in zip(data, always):
+        terms = chain.terms_of(p)
+        no_carry = not any(carries(sum(terms[: i + 1]), t) for i, t in enumerate(terms[1:]))
+        assert (parse_answer(s) == int(p.answer)) is no_carry
     assert all(noisy_solution(p, rng, 0.0, 0.0) == p.solution for p in data[:50])
 
 
@@ -53,7 +58,7 @@ def test_every_recheck_character_is_one_token():
     tok = CharTokenizer.build()
     unk = tok.tokenizer.token_to_id("<unk>")
     for p in problems(seed=4, n=50, max_operand=12):
-        text = write_recheck(chain.terms_of(p), slip=(0, 2), recheck=True)
+        text = write_recheck(chain.terms_of(p), frozenset({0, 1}), recheck=True)
         ids = tok.encode(text)
         assert unk not in ids and len(ids) == len(text) and tok.decode(ids) == text
     assert len(tok.encode(RECHECK)) == 1
