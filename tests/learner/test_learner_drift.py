@@ -15,7 +15,7 @@ from m1flow.rl.shaping import ShapingConfig
 from m1flow.status import Status
 from m1flow.warmstart import WarmStartConfig, warm_started_policy
 from svc_learner.config import LearnerServiceConfig
-from svc_learner.drift import DEFAULT_LIMITS, drift_limit, drift_warning
+from svc_learner.drift import CALIBRATED_MAX, DEFAULT_LIMITS, FAILED_MAX, drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.trainer import Trainer
 from svc_learner.update import (LearnerConfig, Ranks, SequenceLogprobs, minibatch_indices, train_on_batch,
@@ -61,11 +61,22 @@ def test_limits_by_loss_and_the_warning_text():
     assert drift_limit("cispo") == DEFAULT_LIMITS["cispo"] < drift_limit("dapo") == DEFAULT_LIMITS["dapo"]
     assert drift_limit("cispo", 0.5) == 0.5 and drift_limit("unknown") is None
     quiet = {"drift_abs_log_ratio_last": DEFAULT_LIMITS["cispo"] / 2, "updates": 4.0}
-    loud = {"drift_abs_log_ratio_last": DEFAULT_LIMITS["cispo"] * 2, "updates": 4.0, "masked_frac": 0.0}
+    between = (DEFAULT_LIMITS["cispo"] + DEFAULT_LIMITS["dapo"]) / 2  # past CISPO's limit, within DAPO's
+    loud = {"drift_abs_log_ratio_last": between, "updates": 4.0, "masked_frac": 0.0}
     assert drift_warning(quiet, "cispo", drift_limit("cispo")) is None
     assert "above" in drift_warning(loud, "cispo", drift_limit("cispo"))
     assert drift_warning(loud, "dapo", drift_limit("dapo")) is None
     assert drift_warning({}, "cispo", 0.01) is None and drift_warning(loud, "cispo", None) is None
+
+
+@pytest.mark.parametrize("loss", ["dapo", "cispo"])
+def test_limits_sit_between_the_calibrated_runs_and_the_failed_ones(loss):
+    # bench/algorithms.py: the largest batch of a calibrated run that kept learning must not warn; the
+    # largest batch of a run that fell must
+    assert CALIBRATED_MAX[loss] < DEFAULT_LIMITS[loss] < FAILED_MAX[loss]
+    assert drift_warning({"drift_abs_log_ratio_last": CALIBRATED_MAX[loss]}, loss, drift_limit(loss)) is None
+    assert drift_warning({"drift_abs_log_ratio_last": FAILED_MAX[loss]}, loss, drift_limit(loss)) is not None
+    assert DEFAULT_LIMITS["grpo"] == DEFAULT_LIMITS["dapo"]  # the same trust region
 
 
 def _groups(trainer: Trainer, shift: float, n_groups: int = 2, group_size: int = 4) -> list[events.ScoredGroup]:
@@ -88,8 +99,8 @@ def _groups(trainer: Trainer, shift: float, n_groups: int = 2, group_size: int =
     return out
 
 
-@pytest.mark.parametrize("loss, shift, warns", [("cispo", 0.0, False), ("cispo", 0.1, True), ("dapo", 0.1, False),
-                                                ("dapo", 0.5, True)])
+@pytest.mark.parametrize("loss, shift, warns", [("cispo", 0.0, False), ("cispo", 0.16, True), ("dapo", 0.16, False),
+                                                ("dapo", 0.5, True)])  # 0.16: past CISPO's limit, within DAPO's
 def test_the_learner_warns_on_metrics_when_a_batch_drifts_past_its_loss_limit(tmp_path, caplog, loss, shift, warns):
     policy = warm_started_policy(tmp_path / "p0", WarmStartConfig(steps=1, batch_size=2))
     algorithm = AlgorithmConfig(policy_loss=loss, shaping=ShapingConfig(format_reward=0.0, overlong_penalty=False))
