@@ -32,7 +32,14 @@ def run_line(r: RunResult) -> str:
     loss = r.config.algorithm(r.algo).loss()
     return (f"seed {r.seed} {r.algo:5s} eps {loss.eps_low:g}/{loss.eps_high:g} "
             f"lr {r.config.lr:g} | step:pool/held-out[/re-check share] {curve} | {drift(r)} | "
-            f"groups sampled per step {sampled:.1f} ({r.seconds:.0f}s)")
+            f"groups sampled per step {sampled:.1f}{_starved(r)} ({r.seconds:.0f}s)")
+
+
+def _starved(r: RunResult) -> str:
+    if r.starved_at is None:
+        return ""
+    return (f"; ended at step {r.starved_at}: fewer than {r.config.batch_groups} trainable groups among "
+            f"{r.config.max_groups_per_step} sampled")
 
 
 def calibration_table(results: Sequence[RunResult], knob: str, limits: dict[str, float]) -> str:

@@ -63,6 +63,9 @@ class RunConfig(BaseModel):
     eval_every: int = Field(4, ge=1)
     eval_samples: int = Field(8, ge=1, description="samples per problem at temperature 1 for accuracy")
     max_new_tokens: int = 96  # a re-checked response is at most 81 characters and its end of sequence
+    max_groups_per_step: int = Field(
+        600, ge=1, description="a step that finds too few trainable groups among this many sampled ends the "
+                               "run: the policy collapsed so far that nearly every group's rewards are equal")
 
     def learner(self) -> LearnerConfig:
         return LearnerConfig(lr=self.lr, adam_eps=self.adam_eps, minibatches=self.updates, grad_clip=self.grad_clip)
@@ -98,6 +101,7 @@ class RunResult:
     evals: list[Eval] = field(default_factory=list)
     steps: list[dict[str, float]] = field(default_factory=list)  # the learner's stats of every step
     seconds: float = 0.0
+    starved_at: int | None = None  # the step that found too few trainable groups, ending the run
 
     def mean(self, key: str) -> float:
         values = [s[key] for s in self.steps if key in s]
@@ -187,15 +191,22 @@ def fork_ratios(model, batch: Batch, fork_id: int) -> torch.Tensor:
     return torch.exp(logp[fork] - batch.rollout_logp[fork])
 
 
+class Starved(Exception):
+    """A step found fewer than batch_groups trainable groups among max_groups_per_step sampled."""
+
+
 def train_batches(policy: Policy, model, cfg: RunConfig, algo: str, seed: int,
                   pool: list[chain.ChainProblem], version: list[int], sampled: list[int]) -> Iterator[list[Selected]]:
     """fill_batches over groups sampled on demand with the current policy (the learner's batches, offline).
-    version[0] is the policy version of the groups sampled next; sampled[0] counts the groups sampled."""
+    version[0] is the policy version of the groups sampled next; sampled[0] counts the groups sampled,
+    sampled[1] is the count at the start of the current step (Starved past max_groups_per_step)."""
     gen = torch.Generator().manual_seed(seed)
     order = prompt_order(pool, seed)
 
     def groups() -> Iterator[events.ScoredGroup]:
         for serial in count():
+            if sampled[0] - sampled[1] >= cfg.max_groups_per_step:
+                raise Starved
             problem = next(order)
             done = policy.complete(model, problem.text, cfg.group, cfg.max_new_tokens, gen)
             sampled[0] += 1
@@ -216,7 +227,7 @@ def run(policy: Policy, cfg: RunConfig, algo: str, seed: int, pool: list[chain.C
     optimizer = make_optimizer(model.parameters(), cfg.lr, eps=cfg.adam_eps)
     shuffle = torch.Generator().manual_seed(10_000 + seed)
     result = RunResult(algo, seed, cfg)
-    version, sampled = [0], [0]
+    version, sampled = [0], [0, 0]
 
     def evaluate(step: int) -> None:
         gen = torch.Generator().manual_seed(20_000 + 100 * seed + step)  # the same draws for every algorithm
@@ -228,8 +239,14 @@ def run(policy: Policy, cfg: RunConfig, algo: str, seed: int, pool: list[chain.C
     evaluate(0)
     batches = train_batches(policy, model, cfg, algo, seed, pool, version, sampled)
     for step in range(1, cfg.steps + 1):
-        before = sampled[0]
-        selected = next(batches)
+        before = sampled[1] = sampled[0]
+        try:
+            selected = next(batches)
+        except Starved:
+            result.starved_at = step
+            if result.evals[-1].step != step - 1:
+                evaluate(step - 1)  # the policy that starved
+            break
         if any(len(s.samples) != cfg.group for s in selected):
             raise RuntimeError("a group lost samples: minibatches would not hold whole groups")
         order = torch.randperm(len(selected), generator=shuffle).tolist()
