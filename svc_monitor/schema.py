@@ -28,7 +28,7 @@ class GroupRow(Base):
     judged: Mapped[int] = mapped_column(Integer)
     length_sum: Mapped[int] = mapped_column(Integer)
     dropped: Mapped[int] = mapped_column(Integer, default=0)  # schema 1; drops are the learner's metrics now
-    kind: Mapped[str] = mapped_column(String, default="")  # the group's task type
+    kind: Mapped[str] = mapped_column(String, default="")  # verifier kind (groups scored before it: task type)
     ts_ms: Mapped[int] = mapped_column(BigInteger, default=0)
 
 

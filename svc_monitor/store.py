@@ -240,7 +240,7 @@ class Store:
                 for v, n, s, r, c, j, length in rows]
 
     def by_version_and_kind(self) -> list[dict[str, Any]]:
-        """Mean reward and accuracy per policy version and task type."""
+        """Mean reward and accuracy per policy version and verifier kind."""
         g = GroupRow
         query = (select(g.policy_version, g.kind, func.sum(g.samples), func.sum(g.reward_sum),
                         func.sum(g.correct), func.sum(g.judged))

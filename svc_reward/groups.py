@@ -78,6 +78,7 @@ def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredG
         header=codec.header("reward", run_id=first.header.trace.run_id, group_id=group.group_id,
                             policy_version=first.policy_version, message_id=f"scored:{group.group_id}"),
         group_id=group.group_id, prompt_id=first.prompt_id, task_type=first.task_type,
+        verifier_kind=first.verifier.kind,
         incomplete=not group.complete, group_size=group.group_size,
         source_offsets=sorted({rec.position for rec in group.records}))
     for rollout, res in zip(rollouts, verdicts):

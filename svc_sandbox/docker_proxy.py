@@ -3,7 +3,7 @@
 Why: whoever can talk to the engine's socket can start a privileged container that mounts the
 host's root, so mounting the socket into svc_sandbox gives that container root on the host. This
 proxy holds the socket instead and lets through only the calls the backend makes (ping, version,
-inspect of an allowed image, create / attach / start / kill / wait / inspect / remove of run
+inspect of an allowed image, create / attach / start / kill / wait / inspect / stats / remove of run
 containers), refuses a create body that asks for privileges, host paths, devices, host namespaces,
 added capabilities, a relaxed security profile, a network, or an image outside the allow-list,
 and lets a client touch only the containers it created through the proxy.
@@ -33,7 +33,7 @@ _MAX_HEAD = 64 * 1024
 _MAX_BODY = 1 << 20
 _CHUNK = 1 << 16
 _VERSION = re.compile(r"^/v\d+\.\d+(?=/)")
-_CONTAINER_OP = re.compile(r"^/containers/([0-9a-f]{64})(?:/(attach|start|kill|wait|json))?$")
+_CONTAINER_OP = re.compile(r"^/containers/([0-9a-f]{64})(?:/(attach|start|kill|wait|json|stats))?$")
 _IMAGE_INSPECT = re.compile(r"^/images/(.+)/json$")
 _ROOT_USERS = {"", "0", "root"}
 
@@ -109,7 +109,7 @@ class Policy:
         with self.lock:
             _must(op.group(1) in self.created, "that container was not created through this proxy")
         verb = op.group(2)
-        allowed = {None: "DELETE", "json": "GET"}.get(verb, "POST")
+        allowed = {None: "DELETE", "json": "GET", "stats": "GET"}.get(verb, "POST")
         _must(method == allowed, f"{method} {path} is not a call the sandbox makes")
         return "remove" if verb is None else "container"
 

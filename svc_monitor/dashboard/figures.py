@@ -1,6 +1,6 @@
 """The dashboard's figures (plotly) and tables, built from the store.
 
-Per policy version: reward and accuracy per task type, output length (mean, p50, p99) against the
+Per policy version: reward and accuracy per verifier kind, output length (mean, p50, p99) against the
 window with window changes marked, perplexity; per evaluation window: the GenRM length-bias
 signals with their thresholds and the recalibrations marked, the pattern-collapse signals; per
 learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
@@ -103,7 +103,7 @@ class Figures:
                 **self.state()}
 
     def reward(self) -> go.Figure:
-        fig = _figure("Mean reward per task type", "policy version", "reward")
+        fig = _figure("Mean reward per verifier kind", "policy version", "reward")
         by_kind: dict[str, list] = defaultdict(list)
         for row in self.store.by_version_and_kind():
             by_kind[row["kind"]].append(row)
@@ -112,7 +112,7 @@ class Figures:
         return fig
 
     def accuracy(self) -> go.Figure:
-        fig = _figure("Accuracy per task type (samples with a verdict)", "policy version", "accuracy")
+        fig = _figure("Accuracy per verifier kind (samples with a verdict)", "policy version", "accuracy")
         by_kind: dict[str, list] = defaultdict(list)
         for row in self.store.by_version_and_kind():
             if row["accuracy"] is not None:

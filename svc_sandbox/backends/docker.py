@@ -4,6 +4,9 @@ The container has no network, a read-only root, a tmpfs work dir owned by the ru
 memory/CPU/pids limits, no capabilities, no-new-privileges, the engine's default seccomp profile,
 rlimits for CPU time, file size and open files, and the engine's init (tini) as PID 1, so the
 program is an ordinary process that gets SIGXCPU at its CPU limit and whose orphans are reaped.
+The rlimit is per process, so a run that forks N busy processes would get N budgets: the
+container's CPU time, read from the engine's stats (its cgroup) while it runs, is the run's total,
+and the run is killed when that total reaches the limit.
 Files and stdin travel as one tar archive on the container's stdin (the work dir is a tmpfs,
 which `docker cp` cannot reach before start); the container unpacks it, prints the STARTED byte
 and execs the program with its stdin from the archive. Output is streamed and cut at the byte
@@ -40,6 +43,8 @@ class DockerConfig(BaseModel):
     ping_timeout_s: float = Field(2.0, gt=0, description="how long to wait for the engine to answer")
     kill_timeout_s: float = Field(10.0, gt=0, description="how long a killed container may take to stop")
     uids: UidRange = Field(default_factory=UidRange, description="each run's own uid comes from here")
+    stats_poll_s: float = Field(0.25, gt=0, description="how often the run's CPU time is read from the engine; "
+                                                         "a run may pass its CPU limit by about this much times its CPUs")
 
 
 def _archive(files: Mapping[str, bytes], stdin: bytes) -> bytes:
@@ -137,9 +142,12 @@ class DockerBackend:
             stdin.close()
         thread = threading.Thread(target=reader.read, daemon=True, name="docker-output")
         thread.start()
+        meter = _RunMeter(container, limits.cpu_seconds, self.config.stats_poll_s, reader.wake)
+        meter.start()
         stopped = reader.wait(start + limits.wall_seconds, cancel)
-        if stopped or reader.overflow:
-            container.kill()
+        meter.stop()
+        if stopped or reader.overflow or meter.exceeded:
+            _kill(container)
         state = container.wait(timeout=self.config.kill_timeout_s)
         thread.join(self.config.kill_timeout_s)
         container.reload()
@@ -147,8 +155,58 @@ class DockerBackend:
             started=reader.started, timed_out=stopped == "wall", overflow=reader.overflow,
             exit_code=state.get("StatusCode"), stdout=bytes(reader.stdout), stderr=bytes(reader.stderr),
             wall=time.monotonic() - start, oom_killed=bool(container.attrs["State"].get("OOMKilled")),
-            cancelled=stopped == "cancel",
-            note="the docker backend measures neither CPU time nor the memory peak"), limits)
+            cancelled=stopped == "cancel", cpu=meter.cpu, memory_peak=meter.memory_peak,
+            cpu_exceeded=meter.exceeded and not stopped,
+            note=f"CPU time and memory peak sampled from the engine every {self.config.stats_poll_s}s"), limits)
+
+
+def _kill(container) -> None:
+    """Kill a run that may have just ended on its own (the engine answers 409: not running)."""
+    import docker
+    try:
+        container.kill()
+    except docker.errors.APIError as err:
+        if err.status_code != 409:
+            raise
+
+
+class _RunMeter:
+    """The whole container's CPU time and memory peak, sampled from the engine's stats while it runs.
+
+    Sets `exceeded` and wakes the waiting run when the CPU time reaches the limit. A stats call on a
+    container that has exited reads zeros, so the last sample taken while it ran is what counts.
+    """
+
+    def __init__(self, container, cpu_limit: float, poll_s: float, wake: threading.Event):
+        self.container, self.cpu_limit, self.poll_s, self.wake = container, cpu_limit, poll_s, wake
+        self.cpu = 0.0
+        self.memory_peak = 0
+        self.exceeded = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="docker-meter")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.poll_s + 5.0)
+
+    def _run(self) -> None:
+        import docker
+        while not self._stop.is_set():
+            try:
+                stats = self.container.stats(stream=False, one_shot=True)
+            except (docker.errors.DockerException, OSError, ValueError):
+                return  # the container is gone: the run is over
+            self.cpu = max(self.cpu, stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage", 0) / 1e9)
+            memory = stats.get("memory_stats", {})
+            self.memory_peak = max(self.memory_peak, int(memory.get("max_usage") or memory.get("usage") or 0))
+            if self.cpu >= self.cpu_limit:
+                self.exceeded = True
+                self.wake.set()
+                return
+            self._stop.wait(self.poll_s)
 
 
 class _StreamReader(BoundedOutput):

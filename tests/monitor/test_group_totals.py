@@ -39,3 +39,11 @@ def test_learner_metrics_and_monitor_rows_agree():
     stats = batch_stats(selected)
     assert sum(r.reward_sum for r in rows) / sum(r.samples for r in rows) == stats["reward_mean"]
     assert sum(r.correct for r in rows) / sum(r.judged for r in rows) == stats["accuracy"]
+
+
+def test_a_group_is_filed_under_its_verifier_kind_and_an_older_one_under_its_task_type():
+    old = _group("old")
+    old.task_type = "chain"
+    new = _group("new")
+    new.task_type, new.verifier_kind = "chain", "arith"
+    assert [scored_group_rows(g, ts_ms=0).group.kind for g in (old, new)] == ["chain", "arith"]

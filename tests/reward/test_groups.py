@@ -36,6 +36,7 @@ def test_score_group_writes_verdicts_and_the_samples_unshaped():
     assert all(s.parts.format == 0 and s.parts.length_penalty == 0 for s in scored.samples)
     assert [s.max_new_tokens for s in scored.samples] == [8] * 4  # the window, for the learner's shaping
     assert not scored.incomplete and scored.group_size == 4 and scored.header.schema_version == 2
+    assert scored.verifier_kind == "arith"  # the monitor's accuracy per verifier kind
     assert scored.source_offsets == [f"rollouts/0@{i}" for i in range(4)]
     assert buffer.add(rollout("g", 0, 4, "5"), rec(9)) == (None, False)  # late duplicate
 
