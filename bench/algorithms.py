@@ -1,227 +1,168 @@
-"""GRPO vs DAPO vs CISPO on a generated task, from the same SFT warm start.
+"""CISPO against DAPO (GRPO optional) from the same warm start: can this project reproduce the report's
+"CISPO reaches DAPO's accuracy in half the steps"?
 
-    python bench/algorithms.py                     # chained sums, 3 algorithms x 5 seeds, ~25 min on 1 core
-    python bench/algorithms.py --task arith        # 2-3 token arithmetic answers
-    python bench/algorithms.py --seeds 0 --steps 4     # a quick look
+    python bench/algorithms.py                      # the claim: task recheck, calibrated regime, seeds 0-4
+    python bench/algorithms.py --task chain         # the chained sums without a re-check
+    python bench/algorithms.py --regime stress      # the over-off-policy stress case
+    python bench/algorithms.py --calibrate --steps 12 --eval-every 6   # how the lr and CISPO's eps_high were chosen
+    python bench/algorithms.py --seeds 0 --steps 4  # a quick look
 
-Tasks: "chain" (m1flow.tasks.chain: "4+7+2+9=" -> "4+7=11,11+2=13,13+9=22;22", 13-40 tokens of
-which a few partial-sum digits decide the reward) is the default, because the objectives differ
-only where importance ratios leave the trust region, and that needs long responses with rare,
-low-probability tokens (the report's setting). "arith" ("47+38=" -> "85") has 2-3 token answers
-on which the clip almost never fires.
+Batches as the learner makes them (bench/algo_run.py): a fixed number of trainable groups per step,
+refilled by dynamic sampling (m1flow.rl.filling), cut into a fixed number of minibatches of whole
+groups, each one AdamW update (0.9, 0.95, eps 1e-15) of svc_learner's train_on_batch with the
+algorithm's registered policy loss. Everything else is shared: warm start, pool, the prompt order
+of a seed, group size, lr. Accuracy is sampled (8 samples per problem at temperature 1), on the
+training pool and on held-out problems.
 
-Everything but the objective's mask is shared: the warm-started tiny hybrid model, the prompts of
-each step (per seed), group size, learning rate, AdamW (0.9, 0.95, 1e-15), and the number of
-off-policy minibatch updates per generation batch (the report: 16; here --minibatches). Each step
-samples G completions per prompt with the native engine (temperature 1, top-p 1, so the recorded
-log-probs are the behaviour policy's), rewards a correct final answer with 1 (no format reward, no
-overlong penalty), and selects each group as the learner does (m1flow.rl: GRPO's group
-normalisation, groups whose rewards are all equal dropped by dynamic sampling), builds the batch
-with the learner's batching, shuffles the samples (the learner cuts contiguous minibatches;
-unshuffled, each would hold 2-3 samples of one group, often all wrong, and the runs were much
-noisier), then runs the learner's train_on_batch with the algorithm's registered policy loss. --eps-low / --eps-high override every algorithm's clip range (a probe: DAPO with
-both at 1e9 is the unclipped importance-sampled policy gradient).
+Regimes (`REGIMES`):
+* calibrated: 16 groups of 8 per step, 4 updates of 4 groups each, the lr chosen by --calibrate on
+  the calibration seed with DAPO (the largest of --lrs whose per-step mean PPO-masked fraction stays at
+  most 0.5% and last-minibatch mean |log ratio| at most 0.03, over 12 steps); CISPO's eps_high chosen
+  there too from --eps-highs (best final pool accuracy; no lower bound).
+* stress: 16 updates per batch of one group each at the same lr: the policy moves far further from the
+  behaviour policy within a batch (the regime bench/algorithms.py measured before issue 15, 16 updates on
+  minibatches of 4-12 responses, where CISPO collapsed).
 
-The RL data is a fixed pool of --pool problems (as the report trains on a fixed, filtered set);
-each step draws --prompts of them (the same draws for every algorithm of a seed). Accuracy is
-greedy decoding, measured on the pool ("pool acc", what RL optimises: the steps-to-target metric)
-and on held-out problems ("held-out acc": a tiny model barely generalises from a few minutes of
-RL, so expect little movement there). Printed per algorithm, mean over seeds: pool accuracy after
-the last step, the first evaluated step at which pool accuracy reached --target, held-out
-accuracy, and the objective's statistics.
+Printed for every run, per step averaged: the PPO-masked fraction, the last minibatch's mean
+|log ratio| (drift from the behaviour policy after all but one update), the share of
+positive-advantage tokens whose ratio exceeds 1 + eps_high, and (task recheck) the ratios of the
+re-check tokens of positive responses after the batch's updates.
 """
-
 from __future__ import annotations
 
 import argparse
-import random
-import statistics
+import multiprocessing
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from m1flow import chat, checkpoint  # noqa: E402
-from m1flow.contracts import events  # noqa: E402
-from m1flow.model import MiniMaxM1ForCausalLM, sample  # noqa: E402
-from m1flow.rl.config import AlgorithmConfig  # noqa: E402
-from m1flow.rl.selection import Selected  # noqa: E402
-from m1flow.rl.shaping import ShapingConfig  # noqa: E402
-from m1flow.status import Status  # noqa: E402
-from m1flow.tasks import arith, chain  # noqa: E402
-from m1flow.warmstart import WarmStartConfig, warm_started_policy  # noqa: E402
-from svc_learner.batching import Batch, to_batch  # noqa: E402
-from svc_learner.optim import make_optimizer  # noqa: E402
-from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
+from algo_report import calibration_table, headline, run_line, warm_start_line  # noqa: E402
+from algo_run import RunConfig, RunResult, run  # noqa: E402
+from policy_io import Policy  # noqa: E402
 
-Problem = arith.ArithProblem | chain.ChainProblem
+from m1flow.tasks import chain  # noqa: E402
 
+# Frozen by `--calibrate --steps 12 --eval-every 6` (bench/README.md, "Calibration"): the largest lr of
+# 3e-5, 1e-4, 3e-4, 1e-3 whose DAPO run kept within DRIFT_LIMITS (3e-4: masked 0.32%, last-minibatch mean
+# |log ratio| 0.010; at 1e-3 DAPO collapsed with 5.5% and 0.58), and CISPO's eps_high at that lr (of 0.28,
+# 0.5, 1, 4: final pool accuracy 0.867, 0.721, 0.541, 0.834 after 12 steps).
+CALIBRATED_LR = 3e-4
+CISPO_EPS_HIGH = 0.28
 
-@dataclass(frozen=True)
-class Task:
-    """What the benchmark needs of a task; every other setting is shared by the two."""
-
-    module: ModuleType  # problems(seed, n, max_operand=..., prefix=...) and parse_answer(response)
-    warmstart: WarmStartConfig
-    max_new_tokens: int  # room for the longest reference response and its end-of-sequence
-    defaults: dict  # argparse defaults that make the comparison meaningful on this task
-
-
-TASKS = {
-    # The warm start saw operands up to 12; RL asks up to 30, so the model starts weak.
-    "arith": Task(arith, WarmStartConfig(), max_new_tokens=6,
-                  defaults=dict(max_operand=30, steps=40, prompts=16, minibatches=8, lr=1e-4, target=0.55,
-                                eval_every=5)),
-    # The warm start saw the pool's distribution (3-5 terms up to 12) with noisy labels and is
-    # under-trained: greedy right on about a third, with real but minor mass on right digits.
-    "chain": Task(chain, WarmStartConfig(task="chain"), max_new_tokens=48,
-                  defaults=dict(max_operand=12, steps=20, prompts=32, minibatches=16, lr=5e-5, target=0.5,
-                                eval_every=4)),
+REGIMES = {
+    "calibrated": dict(batch_groups=16, updates=4, lr=CALIBRATED_LR),
+    "stress": dict(batch_groups=16, updates=16, lr=CALIBRATED_LR),
 }
+CALIBRATION_SEED = 100  # not one of the result seeds: the choice is not tuned on what is reported
+DRIFT_LIMITS = {"masked_frac": 0.005, "drift_abs_log_ratio_last": 0.03}
 
 
-def prompt_ids(tok, problem: Problem) -> list[int]:
-    return chat.prompt_ids(tok, problem.text)
+def problems(max_operand: int, n_pool: int, n_held_out: int) -> tuple[list[chain.ChainProblem], list[chain.ChainProblem]]:
+    """The RL pool (3-5 terms, the warm start's distribution) and held-out problems not in it."""
+    pool = chain.problems(seed=1_000, n=n_pool, max_operand=max_operand, prefix="rl")
+    seen = {p.text for p in pool}
+    held = [p for p in chain.problems(seed=777, n=4 * n_held_out, max_operand=max_operand, prefix="val")
+            if p.text not in seen]
+    return pool, held[:n_held_out]
 
 
-def is_correct(task: Task, tok, tokens: list[int], problem: Problem) -> bool:
-    return task.module.parse_answer(tok.decode(tokens, skip_special_tokens=True)) == int(problem.answer)
+def _job(args: tuple) -> RunResult:
+    policy_path, tokenizer, cfg, algo, seed, n_pool, n_held, threads = args
+    torch.set_num_threads(threads)
+    t = time.time()
+    pool, held = problems(cfg.max_operand, n_pool, n_held)
+    result = run(Policy(policy_path, tokenizer), cfg, algo, seed, pool, held)
+    result.seconds = time.time() - t
+    return result
 
 
-def accuracy(task: Task, model: MiniMaxM1ForCausalLM, tok, val: list[Problem]) -> float:
-    hits = 0
-    for p in val:
-        [c] = sample(model, prompt_ids(tok, p), n=1, max_new_tokens=task.max_new_tokens, temperature=0.0,
-                     eos_id=tok.eos_token_id)
-        hits += is_correct(task, tok, c.tokens, p)
-    return hits / len(val)
+def run_all(policy: Policy, jobs: list[tuple[RunConfig, str, int]], args: argparse.Namespace) -> list[RunResult]:
+    """Run (config, algo, seed) jobs, --jobs at a time in separate processes; print each as it ends."""
+    payload = [(policy.path, policy.tok, cfg, algo, seed, args.pool, args.held_out, args.threads)
+               for cfg, algo, seed in jobs]
+    if args.jobs <= 1:
+        results = []
+        for p in payload:
+            results.append(_job(p))
+            print(run_line(results[-1]), flush=True)
+        return results
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as workers:
+        results = []
+        for r in workers.imap(_job, payload):
+            results.append(r)
+            print(run_line(r), flush=True)
+        return results
 
 
-def scored_group(task: Task, tok, problem: Problem, completions, version: int) -> events.ScoredGroup:
-    """A group as the reward service writes it: the verifier's reward (1 for a right answer) per sample."""
-    ids = prompt_ids(tok, problem)
-    group = events.ScoredGroup(group_id=problem.prompt_id, group_size=len(completions))
-    for i, c in enumerate(completions):
-        group.samples.add(index=i, prompt_token_ids=ids, token_ids=c.tokens, logprobs=c.logprobs,
-                          reward=float(is_correct(task, tok, c.tokens, problem)), status=Status.OK,
-                          policy_version=version, max_new_tokens=task.max_new_tokens)
-    return group
+def config(args: argparse.Namespace, **overrides) -> RunConfig:
+    fields = dict(REGIMES[args.regime], task=args.task)
+    for name in ("steps", "batch_groups", "updates", "lr", "eval_every", "group"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    return RunConfig(**{**fields, **overrides})
 
 
-def rollout_batch(task: Task, model, tok, prompts: list[Problem], group: int, version: int,
-                  gen: torch.Generator, algorithm: AlgorithmConfig) -> Batch | None:
-    """Sample, score, select (m1flow.rl) and pack one generation batch; None when every group was dropped."""
-    selected = []
-    for p in prompts:
-        done = sample(model, prompt_ids(tok, p), n=group, max_new_tokens=task.max_new_tokens, temperature=1.0,
-                      top_p=1.0, eos_id=tok.eos_token_id, generator=gen)
-        outcome = algorithm.select(scored_group(task, tok, p, done, version), current_version=version)
-        if isinstance(outcome, Selected):
-            selected.append(outcome)
-    if not selected:
-        return None
-    batch = to_batch(selected, tok.pad_token_id)
-    # the learner splits the batch into contiguous minibatches: shuffle so that each one mixes
-    # groups (and positive with negative samples), as a large generation batch would
-    return batch.select(torch.randperm(len(batch), generator=gen))
-
-
-def run(task: Task, algo: str, seed: int, policy_dir: Path, tok, pool: list[Problem],
-        val: list[Problem], args: argparse.Namespace, start: tuple[float, float]) -> dict:
-    torch.manual_seed(seed)
-    model = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
-    cfg = LearnerConfig(lr=args.lr, minibatches=args.minibatches, grad_clip=args.grad_clip)
-    algorithm = AlgorithmConfig(policy_loss=algo, eps_low=args.eps_low, eps_high=args.eps_high,
-                                shaping=ShapingConfig(format_reward=0.0, overlong_penalty=False))
-    optimizer = make_optimizer(model.parameters(), cfg.lr)
-    draws = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
-    curve, sums = [(0, *start)], {"clip_high_frac": 0.0, "masked_frac": 0.0, "ratio_mean": 0.0, "n": 0}
-    for step in range(args.steps):
-        batch = rollout_batch(task, model, tok, draws.sample(pool, args.prompts), args.group, step, gen, algorithm)
-        stats = train_on_batch(model, optimizer, batch, cfg, algorithm.loss()) if batch is not None else {}
-        if stats.get("updates"):
-            sums["n"] += 1
-            for k in ("clip_high_frac", "masked_frac", "ratio_mean"):
-                sums[k] += stats[k]
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-            curve.append((step + 1, accuracy(task, model, tok, pool), accuracy(task, model, tok, val)))
-    reached = next((s for s, acc, _ in curve if acc >= args.target), None)
-    n = max(sums.pop("n"), 1)
-    return {"final": curve[-1][1], "held_out": curve[-1][2], "reached": reached, "curve": curve,
-            **{k: v / n for k, v in sums.items()}}
-
-
-def _mean_sd(xs: list[float]) -> str:
-    return f"{statistics.mean(xs):.3f} +- {statistics.stdev(xs):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
+def calibrate(policy: Policy, args: argparse.Namespace) -> None:
+    """DAPO's lr (largest whose drift stays within DRIFT_LIMITS), then CISPO's eps_high (best final pool
+    accuracy at that lr), both on the calibration seed."""
+    seed = args.calibration_seed
+    dapo = run_all(policy, [(config(args, lr=lr), "dapo", seed) for lr in args.lrs], args)
+    print("\n" + warm_start_line(dapo))
+    print(calibration_table(dapo, "lr", DRIFT_LIMITS))
+    within = [r for r in dapo if all(r.mean(k) <= v for k, v in DRIFT_LIMITS.items())]
+    if not within:
+        print("no lr kept DAPO's drift within the limits: try smaller --lrs")
+        return
+    lr = max(r.config.lr for r in within)
+    cispo = run_all(policy, [(config(args, lr=lr, eps_high=e), "cispo", seed) for e in args.eps_highs], args)
+    print(calibration_table(cispo, "eps_high", DRIFT_LIMITS))
+    best = max(zip(args.eps_highs, cispo), key=lambda pair: (pair[1].evals[-1].pool, -pair[0]))
+    print(f"\nfrozen: lr {lr:g} (largest within {DRIFT_LIMITS} for DAPO, seed {seed}); "
+          f"CISPO eps_high {best[0]:g} (best final pool accuracy {best[1].evals[-1].pool:.3f})")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", choices=sorted(TASKS), default="chain")
-    p.add_argument("--algos", nargs="+", default=["grpo", "dapo", "cispo"])
+    p.add_argument("--task", choices=("recheck", "chain"), default="recheck")
+    p.add_argument("--regime", choices=sorted(REGIMES), default="calibrated")
+    p.add_argument("--algos", nargs="+", default=["dapo", "cispo"], help="dapo first: the reference")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--steps", type=int, help="generation batches (learner steps) per run (default: per task)")
-    p.add_argument("--prompts", type=int, help="prompts per generation batch (default: per task)")
-    p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
-    p.add_argument("--minibatches", type=int, help="off-policy updates per generation batch (default: per task)")
-    p.add_argument("--lr", type=float, help="default: per task")
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--eps-low", type=float, help="override every algorithm's eps_low (default: its own)")
-    p.add_argument("--eps-high", type=float, help="override every algorithm's eps_high (default: its own)")
-    p.add_argument("--pool", type=int, default=32, help="RL training problems")
-    p.add_argument("--val", type=int, default=64, help="held-out problems")
-    p.add_argument("--eval-every", type=int, help="default: per task")
-    p.add_argument("--target", type=float, help="pool accuracy to count steps to (default: per task)")
-    p.add_argument("--max-operand", type=int,
-                   help="operands up to this; above the warm start's range, so the model starts weak")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads; 1 avoids OpenMP oversubscription stalls on a shared machine")
+    p.add_argument("--steps", type=int, help="learner steps per run (default: RunConfig's)")
+    p.add_argument("--batch-groups", type=int, help="trainable groups per step (default: the regime's)")
+    p.add_argument("--updates", type=int, help="minibatch updates per batch (default: the regime's)")
+    p.add_argument("--group", type=int, help="completions per prompt, G")
+    p.add_argument("--lr", type=float, help="default: the regime's")
+    p.add_argument("--cispo-eps-high", type=float, default=CISPO_EPS_HIGH)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--pool", type=int, default=64, help="RL training problems")
+    p.add_argument("--held-out", type=int, default=64, help="held-out problems")
+    p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one process each")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--calibrate", action="store_true")
+    p.add_argument("--calibration-seed", type=int, default=CALIBRATION_SEED)
+    p.add_argument("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 3e-4, 1e-3])
+    p.add_argument("--eps-highs", type=float, nargs="+", default=[0.28, 0.5, 1.0, 4.0])
     args = p.parse_args()
-    task = TASKS[args.task]
-    for name, value in task.defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-
-    torch.set_num_threads(args.threads)
     t0 = time.time()
-    policy_dir = warm_started_policy(Path(tempfile.mkdtemp(prefix="m1flow-bench-")) / "policy", task.warmstart)
-    tok = checkpoint.load_tokenizer(policy_dir)
-    pool = task.module.problems(seed=1_000, n=args.pool, max_operand=args.max_operand, prefix="rl")
-    seen = {p.text for p in pool}
-    val = [p for p in task.module.problems(seed=777, n=4 * args.val, max_operand=args.max_operand, prefix="val")
-           if p.text not in seen][: args.val]
-    warm = MiniMaxM1ForCausalLM.from_pretrained(policy_dir)
-    start = (accuracy(task, warm, tok, pool), accuracy(task, warm, tok, val))
-    print(f"task {args.task} (operands up to {args.max_operand}); warm start ready in {time.time() - t0:.0f}s; greedy accuracy pool {start[0]:.3f} ({len(pool)}), "
-          f"held-out {start[1]:.3f} ({len(val)}); {args.steps} steps x {args.prompts} prompts x G={args.group}, "
-          f"{args.minibatches} minibatch updates per batch, lr {args.lr}", flush=True)
-    results: dict[str, list[dict]] = {a: [] for a in args.algos}
-    for seed in args.seeds:
-        for algo in args.algos:
-            t = time.time()
-            r = run(task, algo, seed, policy_dir, tok, pool, val, args, start)
-            results[algo].append(r)
-            curve = " ".join(f"{s}:{a:.2f}/{h:.2f}" for s, a, h in r["curve"])
-            print(f"  seed {seed} {algo:5s} step:pool/held-out {curve} ({time.time() - t:.0f}s)", flush=True)
-
-    print(f"\n{'algo':5s} | {'pool acc after ' + str(args.steps) + ' steps':>25} | "
-          f"{'steps to pool acc >= ' + str(args.target):>25} | {'held-out acc':>15} | {'r > 1+eps_hi':>12} | "
-          f"{'tokens masked':>13} | {'mean ratio':>10}")
-    for algo, rs in results.items():
-        reached = [r["reached"] for r in rs if r["reached"] is not None]
-        steps_to = (f"{statistics.mean(reached):.1f} ({len(reached)}/{len(rs)} seeds)" if reached
-                    else f"not reached (0/{len(rs)})")
-        print(f"{algo:5s} | {_mean_sd([r['final'] for r in rs]):>25} | {steps_to:>25} | "
-              f"{_mean_sd([r['held_out'] for r in rs]):>15} | {statistics.mean(r['clip_high_frac'] for r in rs):>12.3f} | "
-              f"{statistics.mean(r['masked_frac'] for r in rs):>13.3f} | "
-              f"{statistics.mean(r['ratio_mean'] for r in rs):>10.3f}")
+    policy = Policy.warm_start(RunConfig(task=args.task).warmstart())
+    base = config(args)
+    print(f"task {args.task}, regime {args.regime}: {base.steps} steps x {base.batch_groups} trainable groups of "
+          f"G={base.group} (refilled by dynamic sampling), {base.updates} updates of "
+          f"{base.batch_groups // base.updates} whole groups per batch, lr {base.lr:g}, AdamW eps {base.adam_eps:g}; "
+          f"pool {args.pool}, held-out {args.held_out}, accuracy over {base.eval_samples} samples at T=1; "
+          f"warm start ready in {time.time() - t0:.0f}s", flush=True)
+    if args.calibrate:
+        calibrate(policy, args)
+    else:
+        overrides = {"cispo": dict(eps_high=args.cispo_eps_high)}
+        jobs = [(config(args, **overrides.get(a, {})), a, s) for s in args.seeds for a in args.algos]
+        results = run_all(policy, jobs, args)
+        print(headline(results, args.algos[0]))
     print(f"total {time.time() - t0:.0f}s")
 
 

@@ -25,7 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from m1flow import chat, checkpoint, lm
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
-from m1flow.tasks import arith, chain
+from m1flow.tasks import arith, chain, recheck
 from m1flow.tokenizer import TokenizerConfig, build_tokenizer
 
 Arch = Literal["minimax_m1", "qwen2", "llama"]
@@ -52,8 +52,16 @@ class WarmStartConfig(BaseModel):
     ops: str = "+-"
     label_noise: float = 0.5
     model_overrides: dict = {}
-    task: Literal["arith", "chain"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    task: Literal["arith", "chain", "recheck"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
     tokenizer: TokenizerConfig = TokenizerConfig()
+    # task recheck (m1flow.tasks.recheck): the quick pass forgets each carry with probability
+    # recheck_carry_slip; the first recheck_skill_frac of the SFT examples take the re-check at
+    # recheck_skill_rate, so that the redo is learned, the rest at recheck_rate, so that the policy ends
+    # up writing it rarely (the fork token's probability follows the latest labels)
+    recheck_carry_slip: float = 1.0
+    recheck_rate: float = 0.04
+    recheck_skill_rate: float = 0.5
+    recheck_skill_frac: float = 0.7
 
 
 def encode_example(tok: Any, prompt: str, answer: str) -> tuple[list[int], int]:
@@ -91,9 +99,14 @@ def noisy_answer(answer: str, rng: random.Random, noise: float) -> str:
 def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]:
     """(prompt, noisy target answer) for every SFT example of the chosen task, in training order."""
     n, seed = cfg.steps * cfg.batch_size, 10_000 + cfg.seed
-    if cfg.task == "chain":
+    if cfg.task in ("chain", "recheck"):
         chains = chain.problems(seed=seed, n=n, max_operand=cfg.max_operand, prefix="sft")
         rng.shuffle(chains)
+        if cfg.task == "recheck":
+            skill = int(cfg.recheck_skill_frac * n)
+            return [(p.text, recheck.noisy_solution(p, rng, cfg.recheck_carry_slip,
+                                                    cfg.recheck_skill_rate if i < skill else cfg.recheck_rate))
+                    for i, p in enumerate(chains)]
         return [(p.text, chain.noisy_solution(p, rng, cfg.label_noise)) for p in chains]
     data = arith.problems(seed=seed, n=n, max_operand=cfg.max_operand, ops=cfg.ops, prefix="sft")
     rng.shuffle(data)
@@ -149,7 +162,8 @@ def _cache_root() -> Path:
 def _key(cfg: WarmStartConfig) -> str:
     here = Path(__file__).parent
     sources = [Path(__file__), here / "chat.py", here / "lm.py", here / "tokenizer.py", here / "checkpoint.py",
-               here / "tasks" / f"{cfg.task}.py", *sorted((here / "model").glob("*.py")),
+               here / "tasks" / f"{cfg.task}.py", *([here / "tasks" / "chain.py"] if cfg.task == "recheck" else []),
+               *sorted((here / "model").glob("*.py")),
                *sorted((here.parent / "kernels" / "lightning_attn").glob("*.py"))]
     digest = hashlib.sha256(cfg.model_dump_json().encode())
     digest.update(f"transformers {transformers.__version__} torch {torch.__version__}".encode())

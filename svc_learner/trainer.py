@@ -18,6 +18,7 @@ from m1flow.rl.selection import Selected, Skipped
 from svc_learner.batching import Batch, batch_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
+from svc_learner.drift import drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.placement import load_trainable
 from svc_learner.update import Ranks, run_updates
@@ -33,6 +34,7 @@ class Trainer:
         self.ranks = ranks
         self.root = cfg.checkpoint_root()
         self.loss_spec = cfg.algorithm.loss()
+        self.drift_limit = drift_limit(self.loss_spec.name, cfg.train.drift_limit)
         torch.manual_seed(cfg.seed)
         self.resumed = checkpoint.latest(self.root)
         source = self.resumed or cfg.init_checkpoint
@@ -100,6 +102,10 @@ class Trainer:
         read = sum(max(0, off - self.state.offsets.get(key, 0)) for key, off in offsets.items())
         consumed = float(max(read, len(selected) + len(skipped)))
         stats = {**batch_stats(selected), "groups_consumed": consumed, **stats}
+        warning = drift_warning(stats, self.loss_spec.name, self.drift_limit)
+        if warning:
+            log.warning("step %s: %s", self.state.version + 1, warning)
+        stats["drift_warning"] = float(warning is not None)  # on `metrics` as learner/drift_warning
         with self.lock:
             self.state.version += 1
             self.state.step += 1

@@ -42,6 +42,8 @@ from .optim import EPS, clip_gradients
 from .placement import ModelDtype
 from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_moments
 
+LAST_ABS_LOG_RATIO, LAST_NUM_TOKENS = "_last_abs_log_ratio", "_last_num_tokens"  # reduced with the sums
+
 
 class LearnerConfig(BaseModel):
     """How a batch is trained on (optimizer, updates, LM head); what is trained on is `algorithm`."""
@@ -67,6 +69,9 @@ class LearnerConfig(BaseModel):
                                            "the backward pass instead of keeping them")
     dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
                               "the LM head stays fp32")
+    drift_limit: float | None = Field(
+        None, description="warn when the last minibatch's mean |log ratio| exceeds this; None: the policy "
+                          "loss's own limit (svc_learner.drift)")
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,9 @@ def run_updates(
             sums[key] = sums.get(key, 0.0) + (value if key == "num_tokens" else value * n_tok).detach()
         sums["loss"] = sums.get("loss", 0.0) + loss.detach()
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / ranks.world
+        if step == len(parts) - 1:  # the most off-policy minibatch: every other update came before it
+            sums[LAST_ABS_LOG_RATIO] = (mb_stats["abs_log_ratio"] * n_tok).detach()
+            sums[LAST_NUM_TOKENS] = n_tok.detach()
     if recompute:  # the recomputed pass saw the whole batch before any update
         local = torch.cat(parts)
         corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
@@ -265,6 +273,7 @@ def run_updates(
     totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=device) for k in keys]))
     reduced = dict(zip(keys, totals.tolist()))
     n_tok = max(reduced["num_tokens"], 1.0)
+    last_abs, last_tokens = reduced.pop(LAST_ABS_LOG_RATIO), reduced.pop(LAST_NUM_TOKENS)
     out: dict[str, float] = {"updates": len(parts)}
     for key, value in reduced.items():
         if key in ("loss", "grad_norm"):
@@ -273,6 +282,8 @@ def run_updates(
             out[key] = value
         else:
             out[key] = value / n_tok
+    out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
+    out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
     out["train_infer_corr"] = pearson_from_moments(ranks.sum(corr_moments))
     return out
 

@@ -195,19 +195,27 @@ def policy_loss(
 
 
 def policy_stats(logp: Tensor, objective: TokenObjective, mask: Tensor, entropy: Tensor | None = None) -> dict[str, Tensor]:
-    """Clipped fractions, mean ratio, PPO-masked fraction, entropy and token count over the masked tokens."""
+    """Clipped fractions, mean ratio, PPO-masked fraction, mean |log ratio|, entropy and token count over
+    the masked tokens; all are shares of the trained tokens (pos_clip_high_frac: positive advantage and
+    ratio above 1 + eps_high), so that minibatches average by their token counts."""
     spec = objective.loss_spec
     ratio = torch.exp(logp.detach() - objective.old_logp)
     _, keep = spec.weights(ratio, objective.advantages)
     mask = mask.float()
     valid = mask > 0
     n = valid.sum().clamp(min=1)
+    positive = (objective.advantages > 0) & valid
+    above = ratio > 1 + spec.eps_high
     stats = {
         "num_tokens": valid.sum().float(),
-        "clip_high_frac": ((ratio > 1 + spec.eps_high) & valid).sum() / n,
+        "clip_high_frac": (above & valid).sum() / n,
         "clip_low_frac": ((ratio < 1 - spec.eps_low) & valid).sum() / n,
         "masked_frac": ((keep == 0) & valid).sum() / n,
         "ratio_mean": (ratio * mask).sum() / n,
+        # drift from the behaviour policy, and the tokens PPO's clip cuts off and CISPO keeps
+        "abs_log_ratio": ((logp.detach() - objective.old_logp).abs() * mask).sum() / n,
+        "pos_frac": positive.sum() / n,
+        "pos_clip_high_frac": (above & positive).sum() / n,
     }
     if entropy is not None:
         stats["entropy"] = (entropy.detach() * mask).sum() / n

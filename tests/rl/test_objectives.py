@@ -127,6 +127,18 @@ def test_per_token_advantages_and_global_totals():
     assert loss_half.item() == pytest.approx(loss_vec.item() / 2)
 
 
+def test_drift_stats_count_the_positive_tokens_beyond_the_trust_region():
+    logp, old = _logp_old()
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])  # the last token of response 2 is padding
+    for algo in ("cispo", "dapo"):
+        _, stats = policy_loss(logp, old, ADV, mask, LossSpec(algo, eps_high=0.28))
+        # |log r| of 0.5, 1, 1.25, 1.5 (both rows; row 2 without 1.5) over 7 tokens
+        expected = (2 * (math.log(2) + 0 + math.log(1.25)) + math.log(1.5)) / 7
+        assert stats["abs_log_ratio"].item() == pytest.approx(expected)
+        assert stats["pos_frac"].item() == pytest.approx(4 / 7)  # response 1 has A > 0
+        assert stats["pos_clip_high_frac"].item() == pytest.approx(1 / 7)  # only r = 1.5 > 1.28 with A > 0
+
+
 def test_entropy_stat_and_bad_arguments():
     logp, old = _logp_old()
     ent = torch.full((2, 4), math.log(2.0))
