@@ -3,7 +3,17 @@ the warm-started small policies (tests/policies.py) and the local sandbox jail
 (tests/sandbox/fixtures.py) for the sandbox and reward tests."""
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+
+# Triton's own @jit helpers are bound to the interpreter or the compiler when triton is first
+# imported, and importing transformers (m1flow.warmstart, at collection) imports it: on a machine
+# without a GPU the Triton kernel tests need the interpreter chosen before that. Only CUDA tensors
+# ever take the Triton path (kernels/lightning_attn/api.py), so nothing else changes.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker

@@ -10,9 +10,12 @@ depend on the choice: `ServiceConfig.kafka_client` picks it.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 Client = Literal["kafka-python", "confluent-kafka"]
@@ -207,9 +210,13 @@ class ConfluentConsumer:
         }
         if s.group_instance_id:
             config["group.instance.id"] = s.group_instance_id
+        self._config = config
         self._c = RdConsumer(config, logger=_RdLogger())
         self._paused: set[TP] = set()
         self._positions: dict[TP, int] = {}
+        self._subscription: tuple | None = None  # (topics, on_assign, on_revoke): to subscribe again
+        self._on_revoked: OnChange = lambda gone: None
+        self._owned: set[TP] = set()  # as the callbacks said: a fatal consumer may no longer tell
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         meta = self._c.list_topics(topic, timeout=30).topics.get(topic)
@@ -217,14 +224,43 @@ class ConfluentConsumer:
 
     def subscribe(self, topics: list[str], on_assigned: OnChange, on_revoked: OnChange) -> None:
         def assigned(_consumer, partitions) -> None:  # noqa: ANN001 - librdkafka callback
-            on_assigned({(p.topic, p.partition) for p in partitions})
+            added = {(p.topic, p.partition) for p in partitions}
+            self._owned |= added
+            on_assigned(added)
 
         def revoked(_consumer, partitions) -> None:  # noqa: ANN001
             gone = {(p.topic, p.partition) for p in partitions}
             self._paused -= gone
+            self._owned -= gone
             on_revoked(gone)
 
+        self._subscription = (topics, assigned, revoked)
+        self._on_revoked = on_revoked
         self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def _recreate(self, why: str) -> None:
+        """A fatal error leaves a librdkafka consumer unusable for good. Seen: after a broker restart
+        a static member whose JoinGroup answer was lost is "fenced by other consumer with same
+        group.instance.id" (itself, under the member id the broker gave it). Everything it owned is
+        revoked (re-read from the group's commits) and a new consumer joins under the same instance id.
+        """
+        from confluent_kafka import Consumer as RdConsumer
+
+        log.warning("kafka consumer hit a fatal error (%s): starting a new one", why)
+        owned, self._owned = set(self._owned), set()
+        try:
+            self._c.close()
+        except Exception as exc:  # noqa: BLE001 - a fatal consumer may refuse even to close
+            log.debug("closing the failed consumer: %s", exc)
+        self._c = RdConsumer(self._config, logger=_RdLogger())
+        self._paused.clear()
+        self._positions.clear()
+        if owned:
+            self._on_revoked(owned)
+        if self._subscription is not None:
+            topics, assigned, revoked = self._subscription
+            self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
 
     def assign(self, offsets: dict[TP, int | None]) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -234,8 +270,20 @@ class ConfluentConsumer:
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
         out: dict[TP, list[Fetched]] = {}
-        for msg in self._c.consume(num_messages=max_records, timeout=timeout_ms / 1000):
+        from confluent_kafka import KafkaException
+
+        try:
+            messages = self._c.consume(num_messages=max_records, timeout=timeout_ms / 1000)
+        except KafkaException as exc:
+            if not _fatal(exc.args[0]):
+                raise
+            self._recreate(str(exc.args[0]))
+            return out
+        for msg in messages:
             if msg.error() is not None:
+                if _fatal(msg.error()):
+                    self._recreate(str(msg.error()))
+                    return {}
                 continue  # transport and partition-EOF events: librdkafka retries by itself
             tp = (msg.topic(), msg.partition())
             _, ts = msg.timestamp()
@@ -293,6 +341,12 @@ class ConfluentConsumer:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _fatal(err) -> bool:  # noqa: ANN001 - a confluent_kafka.KafkaError
+    from confluent_kafka import KafkaError
+
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 class _RdLogger:
