@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-_THINK_END = "</think>"
+from m1flow.chat import after_reasoning
+
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
     r"^[\s>*_#-]*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\*\*)?\s*(?:is)?\s*(?:\*\*)?\s*[:：]\s*(.+?)\s*$",
@@ -19,12 +20,6 @@ _ANSWER_IS = re.compile(  # "Therefore, the answer is 12." and Minerva's "The fi
 _BOLD_ON_ANSWER_LINE = re.compile(r"^.*\banswer\b.*$", re.IGNORECASE | re.MULTILINE)
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")]
-
-
-def after_reasoning(response: str) -> str:
-    """The part of a response after the last </think>; the whole response when there is none."""
-    cut = response.rfind(_THINK_END)
-    return response if cut < 0 else response[cut + len(_THINK_END):]
 
 
 def _balanced_from(text: str, open_at: int) -> str | None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from m1flow.contracts import events
+from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import extract_math_answer, last_boxed, strip_delimiters
 
@@ -191,3 +193,21 @@ def default_pool() -> MathVerifierPool:
 def verify_math(response: str, gold: str, timeout_s: float = MathVerifyConfig().timeout_s) -> ScoreResult:
     """Score a response's final answer against the gold answer through the shared pool."""
     return default_pool().verify(response, gold, timeout_s)
+
+
+class MathKind:
+    """The `math` kind: math-verify in this replica's worker pool (its workers start on the first check)."""
+
+    def __init__(self, config: MathVerifyConfig) -> None:
+        self.pool = MathVerifierPool(config)
+
+    def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
+        return self.pool.verify(response, spec.gold)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@KINDS.register("math")
+def math_kind(ctx: KindContext) -> MathKind:
+    return MathKind(ctx.config.math)
