@@ -1,8 +1,8 @@
 """Pairwise generative reward model: judges, position-switched comparison, Swiss-round references
 and length-controlled recalibration. Usable without Kafka."""
 from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord
-from .config import CalibrationConfig, GenRMConfig, NativeJudgeConfig, OpenAIJudgeConfig
-from .heuristic import LengthLovingJudge, PositionBiasedJudge, QualityJudge
+from .config import CalibrationConfig, GenRMConfig, GenRMKindConfig, NativeJudgeConfig, OpenAIJudgeConfig
+from .heuristic import LengthLovingJudge, PositionBiasedJudge, QualityJudge, distinct_word_share
 from .judge import ChatJudge, Judge, JudgeError
 from .native_judge import NativeJudge
 from .openai_judge import OpenAIJudge
@@ -13,9 +13,9 @@ from .swiss import Match, Standing, TournamentResult, run_swiss, swiss_rounds, s
 
 __all__ = [
     "CalibrationConfig", "ChatJudge", "Comparer", "Comparison", "FlipTracker", "GenRMConfig",
-    "GenRMScorer", "GroupScore", "Judge", "JudgeError", "LengthCalibrator", "LengthCoefficients",
+    "GenRMKindConfig", "GenRMScorer", "GroupScore", "Judge", "JudgeError", "LengthCalibrator", "LengthCoefficients",
     "LengthLovingJudge", "LengthRecord", "Match", "NativeJudge", "NativeJudgeConfig", "OpenAIJudge",
     "OpenAIJudgeConfig", "PositionBiasedJudge", "QualityJudge", "Standing", "TournamentResult",
     "Verdict", "VerdictParseError", "parse_verdict", "render", "run_swiss", "swiss_rounds",
-    "swiss_tournament",
+    "swiss_tournament", "distinct_word_share",
 ]

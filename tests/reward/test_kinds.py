@@ -133,3 +133,22 @@ def test_local_scorer_scores_through_the_path_a_rollout_takes():
         assert [(r.reward, r.correct, r.status) for r in results] == [
             (1.0, True, Status.OK), (0.0, False, Status.OK), (0.0, False, Status.FORMAT_ERROR)]
         assert scorer.score("12", spec).correct is True
+
+
+def test_a_partial_credit_reward_reaches_the_scored_group_as_it_was_given():
+    from m1flow.bus import Record
+    from svc_reward.groups import GroupBuffer, score_group
+    from svc_reward.result import RewardParts, ScoreResult
+    from tests.reward.test_groups import rollout
+
+    registry = ScorerRegistry()
+    registry.register("partial", lambda response, spec: ScoreResult(
+        reward=len(response) / 8, correct=len(response) == 8, status=Status.OK,
+        parts=RewardParts(correctness=len(response) / 8)))
+    buffer = GroupBuffer()
+    for i, text in enumerate(["abc", "abcdefgh"]):
+        r = rollout("p", i, 2, text)
+        r.verifier.kind = "partial"
+        group, _ = buffer.add(r, Record("rollouts", 0, i, b"p", b"", 0))
+    samples = score_group(group, registry).samples
+    assert [(s.reward, s.parts.correctness, s.correct) for s in samples] == [(0.375, 0.375, False), (1.0, 1.0, True)]
