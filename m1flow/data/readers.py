@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class _TextTable:
         if self._marks is None:
             marks: list[_Mark] = []
             count = 0
-            for offset, line, _ in self._records(0, 1):
+            for offset, line, _ in self._records(0, 1, track=True):
                 if count % STRIDE == 0:
                     marks.append(_Mark(count, offset, line))
                 count += 1
@@ -122,14 +123,15 @@ class _TextTable:
             return
         mark = self._index()[start // STRIDE]
         skip = start - mark.row
-        for i, (_, line, record) in enumerate(self._records(mark.offset, mark.line), start=mark.row):
+        for i, (_, line, record) in enumerate(self._records(mark.offset, mark.line, track=False), start=mark.row):
             if i >= stop:
                 return
             if i >= mark.row + skip:
                 yield i, self._decode(i, line, record)
 
-    def _records(self, offset: int, line: int) -> Iterator[tuple[int, int, Any]]:
-        """(byte offset, first line number, raw record) from a row boundary on."""
+    def _records(self, offset: int, line: int, track: bool) -> Iterator[tuple[int, int, Any]]:
+        """(byte offset, first line number, raw record) from a row boundary on; without `track`
+        the offsets may be left out (-1) where keeping them costs time."""
         raise NotImplementedError
 
     def _decode(self, row: int, line: int, record: Any) -> dict[str, Any] | RowError:
@@ -140,7 +142,7 @@ class _TextTable:
 class JsonlTable(_TextTable):
     """One JSON object per line; blank lines are not rows."""
 
-    def _records(self, offset: int, line: int) -> Iterator[tuple[int, int, bytes]]:
+    def _records(self, offset: int, line: int, track: bool) -> Iterator[tuple[int, int, bytes]]:
         with _open_binary(self.path) as f:
             f.seek(offset)
             if offset == 0:
@@ -182,22 +184,23 @@ class CsvTable(_TextTable):
         if not self.header or not any(self.header):
             raise TableError(path, "empty CSV header")
 
-    def _records(self, offset: int, line: int) -> Iterator[tuple[int, int, list[str] | Exception]]:
+    def _records(self, offset: int, line: int, track: bool) -> Iterator[tuple[int, int, list[str] | Exception]]:
         if offset == 0:
             offset, line = self._data_offset, 2
         with _open_binary(self.path) as f:
             f.seek(offset)
             pos = [offset, line]
 
-            def lines() -> Iterator[str]:
+            def tracked() -> Iterator[str]:
                 for raw in f:
                     pos[0] += len(raw)
                     pos[1] += 1
                     yield raw.decode("utf-8", errors="replace")
 
-            reader = csv.reader(lines())
+            text = tracked() if track else io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
+            reader = csv.reader(text)
             while True:
-                begin, first_line = pos
+                begin, first_line = (pos[0], pos[1]) if track else (-1, line + reader.line_num)
                 try:
                     fields = next(reader)
                 except StopIteration:
