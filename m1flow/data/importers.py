@@ -100,6 +100,12 @@ def _json_text(value: Any, field_name: str) -> Any:
     return value
 
 
+def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
+    """A struct column's record with its null members dropped: Parquet and Arrow merge the specs of
+    different kinds into one struct type, filling the fields a row does not have with nulls."""
+    return {k: _without_nulls(v) if isinstance(v, dict) else v for k, v in value.items() if v is not None}
+
+
 @IMPORTERS.register("m1flow")
 def from_m1flow(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord:
     data = unflatten(row) if any("." in str(k) for k in row) else dict(row)
@@ -111,6 +117,8 @@ def from_m1flow(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskReco
             verifier["spec"] = _json_text(verifier["spec"], "verifier.spec")
             if verifier["spec"] in ("", None):
                 verifier["spec"] = {}
+            elif isinstance(verifier["spec"], dict):
+                verifier["spec"] = _without_nulls(verifier["spec"])
         for key in ("gold", "payload_uri"):
             if verifier.get(key) is None:
                 verifier.pop(key, None)

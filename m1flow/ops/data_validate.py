@@ -30,20 +30,10 @@ GOLD_FIELD = {"logic": "verifier.spec.solution", "rg": "verifier.spec"}
 
 
 def reward_scorer(sandbox_address: str = "") -> Any:
-    """svc_reward's scorer, in process: `score_group(prompt, responses, spec)` and `close()`.
+    """svc_reward's scoring in this process (its client's LocalScorer): what the service would write."""
+    from svc_reward.client import LocalScorer, RewardConfig
 
-    The one place that reaches into svc_reward: its client's LocalScorer when it has one, else the
-    scorer registry the service itself scores with."""
-    from svc_reward.config import RewardConfig
-
-    config = RewardConfig(sandbox_address=sandbox_address)
-    try:
-        from svc_reward.client import LocalScorer  # type: ignore[attr-defined]
-    except ImportError:
-        from svc_reward.scorers import ScorerRegistry
-
-        return ScorerRegistry.from_config(config)
-    return LocalScorer(config)
+    return LocalScorer(RewardConfig(sandbox_address=sandbox_address))
 
 
 @dataclass
