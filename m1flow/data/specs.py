@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -245,5 +244,3 @@ def _logic_families() -> tuple[str, ...] | None:
     tasks = getattr(logic, "TASKS", None)
     return tuple(tasks) if tasks is not None else None
 
-
-SchemaCheck = Callable[[Verifier], None]
