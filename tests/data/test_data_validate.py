@@ -1,0 +1,129 @@
+"""`m1flow data validate`: good and bad files of every format; the CLI once as a subprocess."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from m1flow.ops.data_cli import cmd_validate
+from m1flow.ops.data_validate import GoldChecker, check_rows
+from m1flow.data import DatasetConfig, open_source
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "data"
+
+
+def validate(capsys, *files: Path | str, **flags) -> tuple[int, list[str], str]:
+    import argparse
+
+    args = argparse.Namespace(files=[Path(f) for f in files], format=flags.get("format"), importer="auto",
+                              kinds=flags.get("kinds", "{}"), sandbox="", limit=None, jobs=2)
+    code = cmd_validate(args)
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
+    """JSONL (mixed kinds, code included: a sandbox starts), verl parquet, CSV, a HF directory."""
+    datasets = pytest.importorskip("datasets")
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_parquet(str(FIXTURES / "gsm8k_verl.parquet")).save_to_disk(str(tmp_path / "hf"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "m1flow", "data", "validate", str(FIXTURES / "mixed.jsonl"),
+                             str(FIXTURES / "gsm8k_verl.parquet"), str(FIXTURES / "tasks.csv"), str(tmp_path / "hf")],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stdout + stderr
+    assert stdout.splitlines() == [
+        "validate: 58 rows in 4 file(s): 57 good, 0 bad, 1 schema-checked only (genrm without a reference "
+        "answer: a judge model scores it, not checkable offline: 1)"]
+    assert "starting a local sandbox" in stderr
+    leftover = subprocess.run(["pgrep", "-f", f"m1flow.ops.tethered {proc.pid} "], capture_output=True, text=True)
+    assert leftover.stdout == "", "the sandbox outlived validate"
+
+
+@pytest.mark.parametrize("name,lines", [
+    ("bad_json.jsonl", ["bad_json.jsonl:1: json: line 2: not JSON (Expecting ',' delimiter at column 1)"]),
+    ("missing_gold.jsonl", ["missing_gold.jsonl:1: verifier.gold: missing: this kind needs a gold answer"]),
+    ("unknown_kind.jsonl", ["unknown_kind.jsonl:0: verifier.kind: unknown verifier kind 'spelling'; known: arith, "
+                            "code, genrm, logic, math, rg, swe"]),
+    ("bad_rg_task.jsonl", ["bad_rg_task.jsonl:0: verifier.spec.task: unknown reasoning-gym task 'leg_countin'; "
+                           "did you mean leg_counting, letter_counting, rectangle_count?"]),
+])
+def test_bad_rows_are_named_and_exit_1(capsys, name, lines):
+    code, out, _ = validate(capsys, FIXTURES / name)
+    assert code == 1
+    assert [line.replace(str(FIXTURES) + "/", "") for line in out[:-1]] == lines
+    assert out[-1].startswith("validate: ") and " 1 bad" in out[-1]
+
+
+def test_golds_that_do_not_score_full_reward_are_bad(capsys):
+    """The math gold cut to a lone brace reads back as no answer; the code row's reference program
+    fails its tests (run in the sandbox); the sudoku's solution changes a given cell."""
+    code, out, _ = validate(capsys, FIXTURES / "wrong_gold.jsonl")
+    assert code == 1
+    bad = {line.split(":")[1]: line for line in out[:-1]}
+    assert set(bad) == {"1", "2", "3"}
+    assert "verifier.gold: the gold scores 0, not 1 (FORMAT_ERROR" in bad["1"]
+    assert "verifier.gold: the gold scores 0, not 1 (OK: passed 0/2" in bad["2"]
+    assert "verifier.spec.solution: the gold scores 0" in bad["3"]
+    assert out[-1].startswith("validate: 4 rows in 1 file(s): 1 good, 3 bad")
+
+
+def test_unreadable_files_and_bad_flags_exit_2_in_one_line(capsys, tmp_path):
+    for files in ([FIXTURES / "truncated.parquet"], [FIXTURES / "mixed.jsonl", tmp_path / "gone.jsonl"]):
+        code, out, err = validate(capsys, *files)
+        assert code == 2 and out == [] and len(err.splitlines()) == 1 and err.startswith("m1flow: error: ")
+    assert validate(capsys, FIXTURES / "mixed.jsonl", kinds="[1]")[0] == 2
+
+
+def test_verl_rows_of_an_unmapped_source_are_bad_until_mapped(capsys, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_fixtures import verl_rows
+
+    rows = [{**r, "data_source": "ours/word-problems", "ability": "arithmetic"} for r in verl_rows(3)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ours.parquet")
+    code, out, _ = validate(capsys, tmp_path / "ours.parquet")
+    assert code == 1 and out[0].endswith("map it in the dataset's kinds, e.g. kinds: {'ours/word-problems': math}")
+    assert validate(capsys, tmp_path / "ours.parquet", kinds='{"ours/word-problems": "math"}')[0] == 0
+
+
+def test_check_rows_keeps_row_order_with_parallel_checks():
+    checker = GoldChecker()
+    try:
+        source = open_source(DatasetConfig(generator="arith", size=40, seed=2))
+        verdicts = list(check_rows(checker, "arith", source.records(), jobs=3))
+    finally:
+        checker.close()
+    assert [v.index for v in verdicts] == list(range(40)) and not any(v.error for v in verdicts)
+
+
+def test_a_killed_validate_leaves_no_sandbox_running(tmp_path):
+    """SIGKILL runs no `finally`: the kernel kills the tethered sandbox with its parent."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "m1flow", "data", "validate", str(FIXTURES / "mixed.jsonl")],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pattern = f"m1flow.ops.tethered {proc.pid} "
+
+    def sandboxes() -> str:
+        return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()
+
+    deadline = time.monotonic() + 60
+    while not sandboxes() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert sandboxes(), "no sandbox started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while sandboxes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sandboxes(), "the sandbox outlived a killed validate"
