@@ -61,9 +61,15 @@ class MathKind:
 
 
 def _logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
-    from svc_reward.verifiers.logic import verify_puzzle
+    from svc_reward.verifiers.logic import score_logic
 
-    return verify_puzzle(json.loads(spec.spec_json), response)
+    return score_logic(response, spec)
+
+
+def _rg(response: str, spec: events.VerifierSpec) -> ScoreResult:
+    from svc_reward.verifiers.rg import score_rg
+
+    return score_rg(response, spec)
 
 
 def code_scorer(sandbox: SandboxClient, config: CodeRewardConfig) -> Scorer:
@@ -169,7 +175,8 @@ class ScorerRegistry:
         self.sandbox_address = sandbox_address
         self.genrm = genrm
         self.math = MathKind(math or MathVerifyConfig())
-        self._scorers: dict[str, Scorer] = {"arith": _arith, "math": self.math, "logic": _logic}
+        self._scorers: dict[str, Scorer] = {"arith": _arith, "math": self.math, "logic": _logic,
+                                              "rg": _rg}
         self._group_scorers: dict[str, GroupScorer] = {}
         if sandbox_address:
             from svc_sandbox.client import SandboxClient

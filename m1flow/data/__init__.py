@@ -1,0 +1,1 @@
+"""Task records and the sources that yield them (the shared data API)."""
