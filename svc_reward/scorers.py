@@ -73,13 +73,16 @@ def _rg(response: str, spec: events.VerifierSpec) -> ScoreResult:
 
 
 def code_scorer(sandbox: SandboxClient, config: CodeRewardConfig) -> Scorer:
-    """stdin/stdout tests run in svc_sandbox over gRPC; spec_json: {"tests": [...], "language": ...}."""
-    from svc_reward.verifiers.code import CodeVerifier, TestCase
+    """Tests run in svc_sandbox over gRPC. spec_json: {"tests": [...], "language": ...} (stdin/stdout),
+    or {"style": "function", "test": ..., "entry_point": ..., "prompt": ...} (HumanEval style)."""
+    from svc_reward.verifiers.code import CodeVerifier, FunctionTest, TestCase
 
     verifier = CodeVerifier(sandbox, config)
 
     def score(response: str, spec: events.VerifierSpec) -> ScoreResult:
         data = json.loads(spec.spec_json)
+        if data.get("style") == "function":
+            return verifier.verify_function(response, FunctionTest.model_validate(data))
         tests = [TestCase.model_validate(t) for t in data["tests"]]
         return verifier.verify(response, tests, data.get("language", "python"))
 
