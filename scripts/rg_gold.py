@@ -26,9 +26,8 @@ from svc_reward.verifiers.rg import score_rg
 # Measured on reasoning-gym 0.1.25 (this script, 3 items, levels 1 and 3): the library's own limits.
 KNOWN = {
     "caesar_cipher": "level 3: the curriculum's config (max_rotation 50) fails the task's validation (<= 25)",
-    "knight_swap": "level 1: the curriculum's config (min_nodes 4) fails the task's validation (>= 6)",
+    "knight_swap": "every level: the curriculum's config (min_nodes 4) fails the task's validation (>= 6)",
     "survo": "level 3: the curriculum's config (max_empty 16) fails the task's validation (<= 9)",
-    "codeio": "items are not deterministic in (seed, index): the rg kind drops them (fingerprint mismatch)",
 }
 
 

@@ -34,6 +34,11 @@ SIZE_BOUND = frozenset({"acre", "gsm_symbolic", "list_functions", "word_ladder"}
 # Tasks with answer=None (scored from metadata) whose metadata holds one valid answer.
 EXAMPLE_ANSWER = {"graph_color": "possible_answer", "propositional_logic": "example_answer",
                   "rubiks_cube": "example_correct_answer"}
+# Tasks whose items do not regenerate identically in another process (measured with
+# scripts/rg_gold.py on 0.1.25: codeio draws from unseeded randomness, the others iterate sets of
+# strings, whose order follows the process's hash seed). Their spec carries the entry itself.
+CARRY_ENTRY = frozenset({"codeio", "isomorphic_strings", "list_functions", "polynomial_multiplication",
+                         "ransom_note"})
 UNSUPPORTED = {"composite": "it mixes other tasks; give each task as its own source"}
 
 
@@ -171,12 +176,15 @@ def _record_id(seed: int, index: int, config: dict[str, Any]) -> str:
 def make_record(task: str, seed: int, index: int, config: dict[str, Any] | None = None,
                 level: int | None = None) -> TaskRecord:
     """Item `index` of rg task `task` as a record; its spec regenerates the item, nothing more
-    (and a fingerprint that tells whether the regenerated item is the one the prompt showed)."""
+    (and a fingerprint that tells whether the regenerated item is the one the prompt showed),
+    except for the CARRY_ENTRY tasks, whose items cannot be regenerated: there it is the entry."""
     from m1flow.data.record import TaskRecord, Verifier
 
     carried = task_config(task, config, level)
     item = entry(task, carried, seed, index)
     spec = {"task": task, "config": carried, "seed": int(seed), "index": int(index), "fingerprint": fingerprint(item)}
+    if task in CARRY_ENTRY:
+        spec["entry"] = _jsonable(item)
     return TaskRecord(id=_record_id(seed, index, carried), source=f"rg:{task}",
                       prompt=f"{item['question'].rstrip()}\n\n{ANSWER_NOTE}",
                       verifier=Verifier(kind=f"rg:{task}", gold=reference_answer(item) or "", spec=spec),

@@ -1,7 +1,8 @@
 """The `rg:<task>` kind: a reasoning-gym item regenerated from the spec, scored by the library.
 
 spec_json: {"task", "config", "seed", "index", "fingerprint"} (m1flow.tasks.rg.make_record writes
-it; the fingerprint is optional). The reward
+it; the fingerprint is optional), plus "entry" for the few tasks whose items do not regenerate
+identically in another process (m1flow.tasks.rg.CARRY_ENTRY). The reward
 is the dataset's own `score_answer`, partial credit kept (0.05 for a well-formed wrong answer in
 some tasks, len(gold)/len(answer) by default); `correct` is whether it reached 1.0. A response
 without an <answer> tag is a format error; a spec this replica cannot regenerate (an unknown task,
@@ -25,7 +26,7 @@ def score_rg(response: str, spec: events.VerifierSpec) -> ScoreResult:
         if spec.kind != f"rg:{task}":
             raise ValueError(f"kind {spec.kind!r} does not match the spec's task {task!r}")
         config, seed = data.get("config", {}), int(data["seed"])
-        item = rg.entry(task, config, seed, int(data["index"]))
+        item = data["entry"] if "entry" in data else rg.entry(task, config, seed, int(data["index"]))
     except (ValueError, KeyError, TypeError, ImportError) as exc:
         return ScoreResult.failed(Status.JUDGE_ERROR, f"cannot regenerate the rg item: {exc}")
     if data.get("fingerprint") not in (None, rg.fingerprint(item)):
