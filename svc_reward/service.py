@@ -22,7 +22,7 @@ from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
 from svc_reward.config import RewardConfig
 from svc_reward.groups import GroupBuffer, PendingGroup, score_group, verdict_fields
-from svc_reward.scorers import GenRMKind, ScorerRegistry
+from svc_reward.scorers import ScorerRegistry
 
 log = logging.getLogger(__name__)
 GROUPS = Counter("m1flow_reward_groups_total", "scored groups", ["outcome"])
@@ -36,9 +36,9 @@ class ControlFollower:
     length bias comes back.
     """
 
-    def __init__(self, watcher: TopicWatcher, genrm: GenRMKind | None, replica: int) -> None:
+    def __init__(self, watcher: TopicWatcher, registry: ScorerRegistry, replica: int) -> None:
         self.watcher = watcher
-        self.genrm = genrm
+        self.registry = registry
         self.labels = {"replica": str(replica)}
         self.since_ms = int(time.time() * 1000)
         self.recalibrations = 0
@@ -54,12 +54,13 @@ class ControlFollower:
                 self.recalibrate(ctx, command.recalibrate.reason or command.reason)
 
     def recalibrate(self, ctx: Context, reason: str) -> None:
-        if self.genrm is None:
+        if not self.registry.config.genrm.judge:
             log.info("recalibrate (%s) ignored: no GenRM judge configured", reason)
             return
         try:
-            fit = self.genrm.recalibrate()
-        except ValueError as exc:  # too few or uniform verdicts: keep the current correction
+            genrm = self.registry.scorer("genrm")  # the kind's one scorer, made now if no group made it
+            fit = genrm.recalibrate()
+        except ValueError as exc:  # too few or uniform verdicts (or no judge here): keep the current correction
             log.warning("recalibrate (%s) skipped: %s", reason, exc)
             ctx.metric("genrm/recalibrate_skipped", 1.0, step=self.recalibrations, **self.labels)
             return
@@ -68,7 +69,7 @@ class ControlFollower:
                  reason, fit.before, fit.after, fit.records)
         for name, value in (("length_coef_before", fit.before), ("length_coef_after", fit.after),
                             ("raw_win_rate", fit.raw_win_rate), ("lc_win_rate", fit.lc_win_rate),
-                            ("calibration_records", fit.records), ("flip_rate", self.genrm.flip_rate)):
+                            ("calibration_records", fit.records), ("flip_rate", genrm.flip_rate)):
             ctx.metric(f"genrm/{name}", value, step=self.recalibrations, **self.labels)
 
     def close(self) -> None:
@@ -151,7 +152,7 @@ class RewardService(Service):
         if self.config.stop_offsets is None:  # a replay re-scores with the settings it starts with
             cfg = self.config
             watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch")
-            control = ControlFollower(watcher, self.registry.genrm, cfg.replica)
+            control = ControlFollower(watcher, self.registry, cfg.replica)
         self.handler = GroupHandler(self.registry, self.config, control)
         self.stream = self.worker(self.handler)
 

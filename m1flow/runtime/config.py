@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, Field, field_validator
@@ -24,6 +24,10 @@ T = TypeVar("T", bound="ServiceConfig")
 
 
 class ServiceConfig(BaseModel):
+    # Keys a service renamed: still read from files, M1FLOW_* variables and flags, for its own
+    # validator to move where they now live.
+    deprecated_keys: ClassVar[tuple[str, ...]] = ()
+
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     run_id: str = Field("local", description="Run id stamped on every event's trace")
     run_dir: Path = Field(Path("run"), description="Where checkpoints, readiness files and logs go")
@@ -63,12 +67,14 @@ class ServiceConfig(BaseModel):
         for name, field in cls.model_fields.items():
             parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
                                 help=f"{field.description or name} (default: {field.default})")
+        for name in cls.deprecated_keys:
+            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help="deprecated")
         args = parser.parse_args(argv)
         values: dict[str, Any] = {}
         if args.config:
             text = args.config.read_text()
             values.update(json.loads(text) if args.config.suffix == ".json" else yaml.safe_load(text) or {})
-        for name in cls.model_fields:
+        for name in (*cls.model_fields, *cls.deprecated_keys):
             env_value = env.get(f"M1FLOW_{name.upper()}")
             if env_value is not None:
                 values[name] = _merge(values.get(name), _parse(env_value))

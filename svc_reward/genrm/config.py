@@ -1,6 +1,8 @@
 """Typed settings of the GenRM reward; every default works on a small CPU machine."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -43,3 +45,33 @@ class CalibrationConfig(BaseModel):
     l2: float = Field(1e-3, ge=0.0, description="ridge penalty; keeps a perfect length lover finite")
     min_records: int = Field(20, ge=2)
     max_iter: int = Field(50, ge=1)
+
+
+JudgeBackend = Literal["", "openai", "native", "length", "quality"]
+
+
+class GenRMKindConfig(GenRMConfig):
+    """The reward service's `genrm:` block: the judge, and how its verdicts become rewards.
+
+    It holds the pairwise and Swiss settings of `GenRMConfig` as its own keys (`genrm: {repeats: 2}`),
+    plus the judge backend and each backend's settings, and the length calibration.
+    """
+
+    judge: JudgeBackend = Field(
+        "", description="openai (an HTTP endpoint), native (a checkpoint), or the heuristic length/quality "
+                        "judges for tests and CPU demos; empty: genrm tasks are not scored")
+    openai: OpenAIJudgeConfig = Field(default_factory=OpenAIJudgeConfig,
+                                      description="endpoint of the openai judge (base_url, model, ...)")
+    checkpoint: str = Field("", description="policy directory (or file:// URI) of the native judge")
+    native: NativeJudgeConfig = Field(default_factory=NativeJudgeConfig, description="native judge sampling")
+    margin: float = Field(0.0, ge=0.0, description="heuristic judges: value gap below which answers tie")
+    length_bonus: float = Field(0.0, description="quality judge: value added per character of answer")
+    bonus_after: int = Field(0, ge=0, description="quality judge: the length bonus starts after this many "
+                                                  "judgements (a judge that drifts mid-run, for tests)")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig,
+                                           description="length-controlled recalibration fit")
+
+
+# The flat keys the reward service had before the block (issue 18); RewardConfig still reads them.
+FLAT_KEYS = {f"genrm_{name}": name for name in (
+    "judge", "openai", "checkpoint", "native", "margin", "length_bonus", "bonus_after", "calibration")}

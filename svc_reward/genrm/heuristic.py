@@ -60,3 +60,9 @@ class PositionBiasedJudge:
 
     def judge(self, prompt: str, first: str, second: str) -> Verdict:
         return Verdict.FIRST
+
+
+def distinct_word_share(text: str) -> float:
+    """Share of distinct words: the quality judge's hidden value, low for repetitive rambling."""
+    words = text.lower().split()
+    return len(set(words)) / len(words) if words else 0.0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from m1flow.tasks.arith import parse_answer
+from svc_reward.kinds import KINDS, KindContext, ResponseScorer
 from svc_reward.result import ScoreResult, Status
 
 
@@ -10,3 +11,8 @@ def verify_arith(response: str, gold: str) -> ScoreResult:
     if value is None:
         return ScoreResult.failed(Status.FORMAT_ERROR, f"not a single integer: {response[:40]!r}")
     return ScoreResult.scored(value == int(gold), detail=f"got {value}, want {gold}")
+
+
+@KINDS.register("arith")
+def arith_kind(ctx: KindContext) -> ResponseScorer:
+    return ResponseScorer(lambda response, spec: verify_arith(response, spec.gold))

@@ -10,6 +10,7 @@ language, a limit over the server's cap) is the task's fault: JUDGE_ERROR, never
 """
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Sequence
@@ -18,8 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from m1flow.chat import after_reasoning
+from m1flow.contracts import events
+from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import RewardParts, ScoreResult, Status
-from svc_reward.verifiers.extract import after_reasoning
 from svc_sandbox.client import Executor, ExecRequest, ExecResult, InvalidRequest, Limits, fence_tags
 from svc_sandbox.client import Status as RunStatus
 
@@ -154,3 +157,23 @@ class CodeVerifier:
         reward = float(correct) if self.config.mode == "all" else passed / total
         return ScoreResult(reward=reward, correct=correct, status=Status.OK,
                            parts=RewardParts(correctness=reward), detail=detail[:500])
+
+
+class CodeKind:
+    """The `code` kind, run in svc_sandbox. spec_json: {"tests": [...], "language": ...} (stdin/stdout),
+    or {"style": "function", "test": ..., "entry_point": ..., "prompt": ...} (HumanEval style)."""
+
+    def __init__(self, executor: Executor, config: CodeRewardConfig) -> None:
+        self.verifier = CodeVerifier(executor, config)
+
+    def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
+        data = json.loads(spec.spec_json)
+        if data.get("style") == "function":
+            return self.verifier.verify_function(response, FunctionTest.model_validate(data))
+        tests = [TestCase.model_validate(t) for t in data["tests"]]
+        return self.verifier.verify(response, tests, data.get("language", "python"))
+
+
+@KINDS.register("code")
+def code_kind(ctx: KindContext) -> CodeKind:
+    return CodeKind(ctx.sandbox(), ctx.config.code)

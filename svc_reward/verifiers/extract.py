@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-_THINK_END = "</think>"
+from m1flow.chat import after_reasoning
+
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
     r"^[\s>*_#-]*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\*\*)?\s*(?:is)?\s*(?:\*\*)?\s*[:：]\s*(.+?)\s*$",
@@ -19,12 +20,6 @@ _ANSWER_IS = re.compile(  # "Therefore, the answer is 12." and Minerva's "The fi
 _BOLD_ON_ANSWER_LINE = re.compile(r"^.*\banswer\b.*$", re.IGNORECASE | re.MULTILINE)
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _DELIMITERS = [("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")]
-
-
-def after_reasoning(response: str) -> str:
-    """The part of a response after the last </think>; the whole response when there is none."""
-    cut = response.rfind(_THINK_END)
-    return response if cut < 0 else response[cut + len(_THINK_END):]
 
 
 def _balanced_from(text: str, open_at: int) -> str | None:
@@ -127,3 +122,59 @@ def last_tag(response: str, tag: str = "answer") -> str | None:
     if open_at < 0:
         return None
     return tail[open_at + len(tag) + 2:close].strip()
+
+
+# Per-source extraction: where the dataset's own scorer (verl's, for the sources it names) looks
+# for the answer. The answer is found that way, then compared by math-verify (equivalence, not
+# string equality); tests/reward/test_math_styles.py lists every case where the verdict differs
+# from verl's, with why.
+MATH_STYLES = ("auto", "boxed", "math_dapo", "gsm8k")
+_GSM8K_LINE = re.compile(r"####\s*\$?\s*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")  # verl: "#### (\-?[0-9\.\,]+)"
+_DAPO_ANSWER = re.compile(r"Answer\s*:\s*([^\n]+)", re.IGNORECASE)  # verl math_dapo's answer_pattern
+_NUMBER_THEN_WORDS = re.compile(r"^\s*(-?[\d.,]*\d)\s+[A-Za-z][A-Za-z ]*\.?\s*$")  # "34 dollars": math-verify reads no number
+_BOXED_SPACE = re.compile(r"\\boxed (\S+?)(?=\$|\s|$)")  # "\boxed 5", MATH's own short form
+
+
+def extract_boxed_answer(response: str) -> str | None:
+    """MATH (verl's math_reward): the last \\boxed{} or \\fbox{} (or "\\boxed 5") after the reasoning."""
+    tail = after_reasoning(response)
+    boxed = last_boxed(tail)
+    spaced = _BOXED_SPACE.findall(tail)
+    if spaced and (boxed is None or tail.rfind("\\boxed ") > tail.rfind("\\boxed{")):
+        return spaced[-1]
+    return boxed.strip() if boxed is not None else None
+
+
+def extract_gsm8k_answer(response: str) -> str | None:
+    """GSM8K (verl's gsm8k, strict): the number after the last '####', thousands separators dropped."""
+    found = _GSM8K_LINE.findall(after_reasoning(response))
+    return found[-1].replace(",", "") if found else None
+
+
+def extract_dapo_answer(response: str) -> str | None:
+    """DAPO-Math (verl's math_dapo): the rest of the last 'Answer:' line, else the last \\boxed{}.
+
+    As verl's normalisation does, only what follows the last '=' counts ('Answer: x = 5' -> '5').
+    """
+    tail = after_reasoning(response)
+    found = _DAPO_ANSWER.findall(tail)
+    if not found:
+        return last_boxed(tail)
+    answer = found[-1].split("=")[-1]
+    inner = last_boxed(answer)
+    answer = strip_delimiters(inner if inner is not None else answer)
+    unit = _NUMBER_THEN_WORDS.match(answer)
+    return (unit.group(1) if unit else answer) or None
+
+
+def extract_answer(response: str, style: str = "auto") -> str | None:
+    """The final answer the way `style`'s dataset asks for it; 'auto' accepts every form it knows."""
+    if style == "auto":
+        return extract_math_answer(response)
+    if style == "boxed":
+        return extract_boxed_answer(response)
+    if style == "math_dapo":
+        return extract_dapo_answer(response)
+    if style == "gsm8k":
+        return extract_gsm8k_answer(response)
+    raise ValueError(f"unknown math answer style {style!r}; known: {', '.join(MATH_STYLES)}")

@@ -10,6 +10,7 @@ from typing import Any
 
 from m1flow.contracts import events
 from m1flow.tasks.logic import MAX_ANSWER_CHARS, TASKS, FormatError, Puzzle
+from svc_reward.kinds import KINDS, KindContext, ResponseScorer
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import last_tag
 
@@ -40,3 +41,8 @@ def verify_puzzle(puzzle: Puzzle | dict[str, Any], response: str) -> ScoreResult
 def score_logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
     """The kind's scorer: the spec's spec_json is the puzzle."""
     return verify_puzzle(json.loads(spec.spec_json), response)
+
+
+@KINDS.register("logic")
+def logic_kind(ctx: KindContext) -> ResponseScorer:
+    return ResponseScorer(score_logic)

@@ -23,8 +23,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from m1flow.contracts import events
+from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import ScoreResult, Status
-from svc_reward.verifiers.extract import extract_math_answer, last_boxed, strip_delimiters
+from svc_reward.verifiers.extract import MATH_STYLES, extract_answer, last_boxed, strip_delimiters
 
 _WORKER = Path(__file__).with_name("math_worker.py")
 
@@ -99,6 +101,11 @@ def as_boxed(answer: str) -> str:
     return "\\boxed{" + _THIN_SPACE_GROUPS.sub("", text) + "}"
 
 
+_MISSING = {"auto": "no \\boxed{} or Answer: line after the reasoning",
+            "boxed": "no \\boxed{} after the reasoning", "math_dapo": "no Answer: line or \\boxed{} after the reasoning",
+            "gsm8k": "no '#### <number>' line after the reasoning"}
+
+
 class MathVerifierPool:
     """A thread-safe pool of math-verify workers; at most `workers` comparisons run at once."""
 
@@ -108,13 +115,15 @@ class MathVerifierPool:
         self._slots = threading.BoundedSemaphore(self.config.workers)
         self._closed = False
 
-    def verify(self, response: str, gold: str, timeout_s: float | None = None) -> ScoreResult:
-        """Score a full model response against a gold answer (bare or \\boxed{})."""
+    def verify(self, response: str, gold: str, timeout_s: float | None = None,
+               style: str = "auto") -> ScoreResult:
+        """Score a full model response against a gold answer (bare or \\boxed{}); `style` says where
+        the answer is (extract.MATH_STYLES: the dataset's own convention, or 'auto' for any)."""
         if not strip_delimiters(gold):
             return ScoreResult.failed(Status.JUDGE_ERROR, "empty gold answer")
-        answer = extract_math_answer(response)
+        answer = extract_answer(response, style)
         if answer is None:
-            return ScoreResult.failed(Status.FORMAT_ERROR, "no \\boxed{} or Answer: line after the reasoning")
+            return ScoreResult.failed(Status.FORMAT_ERROR, _MISSING[style])
         return self.compare(gold, answer, timeout_s)
 
     def compare(self, gold: str, answer: str, timeout_s: float | None = None) -> ScoreResult:
@@ -191,3 +200,29 @@ def default_pool() -> MathVerifierPool:
 def verify_math(response: str, gold: str, timeout_s: float = MathVerifyConfig().timeout_s) -> ScoreResult:
     """Score a response's final answer against the gold answer through the shared pool."""
     return default_pool().verify(response, gold, timeout_s)
+
+
+class MathKind:
+    """The `math` kind: math-verify in this replica's worker pool (its workers start on the first check).
+
+    spec_json may hold {"style": "boxed" | "math_dapo" | "gsm8k" | "auto"}: where the answer is, as
+    the dataset's own scorer looks for it (verl's math_reward, math_dapo and gsm8k); default auto.
+    """
+
+    def __init__(self, config: MathVerifyConfig) -> None:
+        self.pool = MathVerifierPool(config)
+
+    def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
+        style = json.loads(spec.spec_json).get("style", "auto") if spec.spec_json else "auto"
+        if style not in MATH_STYLES:
+            return ScoreResult.failed(Status.JUDGE_ERROR, f"unknown math answer style {style!r}; "
+                                                          f"known: {', '.join(MATH_STYLES)}")
+        return self.pool.verify(response, spec.gold, style=style)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@KINDS.register("math")
+def math_kind(ctx: KindContext) -> MathKind:
+    return MathKind(ctx.config.math)

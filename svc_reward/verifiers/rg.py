@@ -14,6 +14,7 @@ import json
 
 from m1flow.contracts import events
 from m1flow.tasks import rg
+from svc_reward.kinds import KINDS, KindContext, ResponseScorer
 from svc_reward.result import RewardParts, ScoreResult, Status
 
 MAX_ANSWER_CHARS = 20_000  # far above any real answer; bounds the work a library scorer does
@@ -42,3 +43,8 @@ def score_rg(response: str, spec: events.VerifierSpec) -> ScoreResult:
         return ScoreResult.failed(Status.JUDGE_ERROR, f"rg:{task} scored {reward}, outside [0, 1]")
     return ScoreResult(reward=reward, correct=reward == 1.0, status=Status.OK,
                        parts=RewardParts(correctness=reward), detail=f"rg:{task} score {reward:g}")
+
+
+@KINDS.register("rg")
+def rg_kind(ctx: KindContext) -> ResponseScorer:
+    return ResponseScorer(score_rg)

@@ -9,14 +9,19 @@ A test run that hits the time or memory limit scores what the log shows (the mis
 """
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from m1flow.chat import after_reasoning
+from m1flow.contracts import events
+from m1flow.task_store import read_payload
+from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import ScoreResult, Status
-from svc_reward.verifiers.extract import after_reasoning
 from svc_sandbox.client import DEFAULT_TEST_COMMAND, InvalidRequest, Limits, RunTestsRequest, TestsRunner
 
 PASSING = frozenset({"PASSED", "XFAIL"})
@@ -106,3 +111,26 @@ class SweVerifier:
         detail = f"{verdict.summary()}; applied by {result.apply_method}"
         detail += f"; {result.detail}" if result.detail else ""
         return ScoreResult.scored(verdict.resolution == "FULL", detail=detail[:500])
+
+
+class SweKind:
+    """The `swe` kind: the answer's patch applied and tested by svc_sandbox's RunTests, graded here.
+
+    The repository snapshot (svc_sandbox.swe.snapshot_tar) is the spec's payload_uri in the task
+    store (m1flow.source.swe_verifier_spec writes it), or, in prompts written before the store,
+    base64 in spec_json's "repo_tar". spec_json: {"fail_to_pass": [...], "pass_to_pass": [...],
+    "test_command": "...", "limits": {...}}; all but fail_to_pass optional.
+    """
+
+    def __init__(self, runner: TestsRunner) -> None:
+        self.verifier = SweVerifier(runner)
+
+    def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
+        data = json.loads(spec.spec_json)
+        repo_tar = read_payload(spec.payload_uri) if spec.payload_uri else base64.b64decode(data["repo_tar"])
+        return self.verifier.verify(response, SweTask.model_validate({**data, "repo_tar": repo_tar}))
+
+
+@KINDS.register("swe")
+def swe_kind(ctx: KindContext) -> SweKind:
+    return SweKind(ctx.sandbox().run_tests)

@@ -7,6 +7,7 @@ import pytest
 
 from m1flow.contracts import events
 from m1flow.launcher import launch
+from svc_reward.config import RewardConfig
 from svc_reward.result import Status
 from svc_reward.scorers import ScorerRegistry
 
@@ -22,7 +23,7 @@ def sandbox(tmp_path_factory):
 
 
 def test_code_reward_runs_tests_in_the_sandbox_service(sandbox):
-    registry = ScorerRegistry(sandbox.grpc_address)
+    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address))
     good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     bad = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
     assert registry.score(good, SPEC).correct is True
@@ -31,7 +32,7 @@ def test_code_reward_runs_tests_in_the_sandbox_service(sandbox):
 
 
 def test_sandbox_down_is_a_marked_failure_not_reward_zero(sandbox, tmp_path):
-    registry = ScorerRegistry("127.0.0.1:1")
+    registry = ScorerRegistry(RewardConfig(sandbox_address="127.0.0.1:1"))
     result = registry.score("```python\nprint(5)\n```", SPEC)
     assert not result.usable
 
@@ -44,7 +45,7 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(sandbox):
 
     records = list(humaneval.records())
     assert len(records) == 164 and all(r.license.startswith("MIT") for r in records)
-    registry = ScorerRegistry(sandbox.grpc_address)
+    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address))
     for record in records[::16]:  # 11 problems across the set
         spec = codec.decode(codec.encode(record.to_prompt(group_size=2)), events.Prompt).verifier
         good = registry.score(f"<think>easy</think>\n```python\n{record.verifier.gold}\n```", spec)

@@ -29,7 +29,7 @@ GROUP, BATCH = 4, 4
 SERVICE_ARGS = {
     "learner": ["--batch-groups", str(BATCH)],
     "rollout": ["--max-ahead-versions", "1"],
-    "reward": ["--genrm-judge", "quality", "--genrm-length-bonus", "0.05", "--genrm-margin", "0.01"],
+    "reward": ["--genrm", json.dumps({"judge": "quality", "length_bonus": 0.05, "margin": 0.01})],
     "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
                 "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2})],
 }

@@ -29,8 +29,8 @@ MONITOR_ARGS = ["--length-bias", json.dumps({"window_groups": GROUPS_PER_WINDOW,
 
 def reward_args(bias_after: int) -> list[str]:
     """The quality judge (distinct-word share; ties within 0.05) with a length bonus from `bias_after` on."""
-    return ["--genrm-judge", "quality", "--genrm-margin", "0.05", "--genrm-length-bonus", "0.01",
-            "--genrm-bonus-after", str(bias_after), "--genrm", json.dumps({"history": 160})]
+    return ["--genrm", json.dumps({"judge": "quality", "margin": 0.05, "length_bonus": 0.01,
+                                   "bonus_after": bias_after, "history": 160})]
 
 
 def answer(rng: random.Random) -> list[str]:

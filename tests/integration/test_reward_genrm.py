@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pytest
@@ -56,7 +57,7 @@ def recalibrate(producer: Producer) -> None:
 @pytest.fixture(scope="module")
 def boot(tmp_path_factory):
     """The broker's address, with one reward process whose judge loves length."""
-    judge = ["--genrm-judge", "length", "--genrm-margin", str(MARGIN)]
+    judge = ["--genrm", json.dumps({"judge": "length", "margin": MARGIN})]
     stack = Stack(tmp_path_factory.mktemp("genrm-stack"), service_args={"reward": judge})
     try:
         stack.start(with_demo_policy=False, services=("reward",))

@@ -11,6 +11,7 @@ from m1flow.launcher import launch
 from m1flow.source import swe_verifier_spec
 from m1flow.task_store import TaskStore
 from svc_reward.result import Status
+from svc_reward.config import RewardConfig
 from svc_reward.scorers import ScorerRegistry
 from svc_sandbox.backends.jail import JailBackend
 from svc_sandbox.client import Limits, RunTestsRequest, SandboxClient, snapshot_tar, swe_limits
@@ -38,7 +39,7 @@ def inline_spec(repo_dir) -> events.VerifierSpec:
 
 @pytest.mark.parametrize("stored", [True, False], ids=["task-store", "inline"])
 def test_fixing_patch_earns_one_and_a_non_applying_patch_zero(sandbox, repo, tmp_path, stored):  # noqa: F811
-    registry = ScorerRegistry(sandbox.grpc_address)
+    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address))
     if stored:  # the snapshot crosses Kafka as a URI; the scorer reads and verifies the bytes
         spec = swe_verifier_spec(TaskStore.in_run_dir(tmp_path), snapshot_tar(repo), F2P, P2P, limits=LIMITS.model_dump())
         assert spec.payload_uri.startswith("file://") and "repo_tar" not in spec.spec_json
@@ -75,5 +76,6 @@ def test_limits_cross_the_wire_whole_and_unset_ones_keep_the_swe_defaults():
 
 
 def test_sandbox_down_is_a_sandbox_error_not_reward_zero(repo):  # noqa: F811
-    result = ScorerRegistry("127.0.0.1:1").score("```diff\n--- a/x\n+++ b/x\n```", inline_spec(repo))
+    registry = ScorerRegistry(RewardConfig(sandbox_address="127.0.0.1:1"))
+    result = registry.score("```diff\n--- a/x\n+++ b/x\n```", inline_spec(repo))
     assert result.status is Status.SANDBOX_ERROR and not result.usable

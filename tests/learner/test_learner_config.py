@@ -34,7 +34,7 @@ def test_reward_components_nest_under_the_reward_config(tmp_path):
     path = tmp_path / "reward.yaml"
     path.write_text(yaml.safe_dump({
         "math": {"workers": 1, "timeout_s": 2.5}, "code": {"mode": "all", "parallel": 2},
-        "genrm": {"repeats": 2}, "genrm_judge": "length"}))
+        "genrm": {"repeats": 2, "judge": "length", "calibration": {"l2": 0.5}}}))
     cfg = RewardConfig.load(["--config", str(path)], env={})
     assert (cfg.math.workers, cfg.math.timeout_s, cfg.code.mode, cfg.code.parallel) == (1, 2.5, "all", 2)
-    assert cfg.genrm.repeats == 2 and cfg.genrm_judge == "length"
+    assert cfg.genrm.repeats == 2 and cfg.genrm.judge == "length" and cfg.genrm.calibration.l2 == 0.5

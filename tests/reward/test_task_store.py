@@ -6,7 +6,8 @@ import pytest
 from m1flow.source import swe_verifier_spec
 from m1flow.task_store import TaskStore, TaskStoreError, read_payload
 from m1flow.status import Status
-from svc_reward.scorers import ScorerRegistry, swe_scorer
+from svc_reward.scorers import ScorerRegistry
+from svc_reward.verifiers.swe import SweKind
 
 
 def test_put_is_content_addressed_idempotent_and_verified_on_read(tmp_path):
@@ -43,7 +44,7 @@ def test_the_swe_scorer_hands_the_stored_bytes_to_the_sandbox_and_a_bad_payload_
     assert json.loads(spec.spec_json) == {"fail_to_pass": ["test_a"], "pass_to_pass": [], "test_command": "pytest -q"}
     runner = Runner()
     registry = ScorerRegistry()
-    registry.register("swe", swe_scorer(runner))
+    registry.register("swe", SweKind(runner.run_tests))
     registry.score("```diff\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n```", spec)
     assert runner.tars == [b"repo.tar"]
     next(tmp_path.iterdir()).write_bytes(b"tampered")
