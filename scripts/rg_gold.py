@@ -23,10 +23,11 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from svc_reward.verifiers.rg import score_rg
 
-# Measured on reasoning-gym 0.1.25 (this script, 3 items, levels 1 and 3): the library's own limits.
+# Measured on reasoning-gym 0.1.25 (this script, 3 items, levels 1-3): the library's own limits.
 KNOWN = {
     "caesar_cipher": "level 3: the curriculum's config (max_rotation 50) fails the task's validation (<= 25)",
     "knight_swap": "every level: the curriculum's config (min_nodes 4) fails the task's validation (>= 6)",
+    "modulo_grid": "level 2: the curriculum's config (max_target 0) fails the task's validation (> 0)",
     "survo": "level 3: the curriculum's config (max_empty 16) fails the task's validation (<= 9)",
 }
 
