@@ -75,7 +75,8 @@ def kind_of(spec: events.VerifierSpec) -> str:
 for _kind, _module in {
     "arith": "svc_reward.verifiers.arith",
     "math": "svc_reward.verifiers.math",
-    "logic": "svc_reward.verifiers.logic_kind",
+    "logic": "svc_reward.verifiers.logic",
+    "rg": "svc_reward.verifiers.rg",
     "code": "svc_reward.verifiers.code",
     "swe": "svc_reward.verifiers.swe",
     "genrm": "svc_reward.genrm.kind",

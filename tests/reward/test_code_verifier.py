@@ -88,3 +88,21 @@ def test_a_task_the_sandbox_refuses_is_a_judge_error_not_a_zero_reward(verifier)
     result = verifier.score_code("x", ADD_TESTS, language="cobol")
     assert result.status is Status.JUDGE_ERROR and result.usable is False and result.correct is None
     assert "language" in result.detail
+
+
+FUNCTION_TASK = {"prompt": "import math\n\n\ndef hyp(a, b):\n    \"\"\"Hypotenuse.\"\"\"\n",
+                 "test": "def check(candidate):\n    assert candidate(3, 4) == 5\n", "entry_point": "hyp"}
+
+
+@pytest.mark.parametrize("code,passes", [
+    ("def hyp(a, b):\n    return math.sqrt(a * a + b * b)\n", True),  # whole function, prompt's import used
+    ("    return math.hypot(a, b)\n", True),                           # completes the prompt's body
+    ("def hyp(a, b):\n    return a + b\n", False),
+    ("def hyp(a, b):\n    raise SystemExit(0)\n", False),               # exiting 0 early is not passing check()
+    ("def hyp(a, b):\n    import os\n    os._exit(0)\n", False),
+])
+def test_function_level_tests_must_exit_zero(jail_sandbox, verifier, code, passes):
+    from svc_reward.verifiers.code import FunctionTest
+
+    result = verifier.verify_function(answer(code), FunctionTest(**FUNCTION_TASK))
+    assert (result.status, result.correct, result.reward) == (Status.OK, passes, float(passes)), result.detail

@@ -1,4 +1,4 @@
-"""Every logic task: its generator's solution verifies, broken answers are rejected, malformed
+"""Every logic task (generators and checks in m1flow.tasks.logic, scored by svc_reward): its generator's solution verifies, broken answers are rejected, malformed
 answers are format errors, puzzles survive JSON, and other valid solutions (found by brute force
 here, independently of the verifiers) are accepted too."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from itertools import permutations, product
 
 import pytest
 
+from m1flow.tasks.logic import TASKS, Puzzle
+from m1flow.tasks.logic.zebra import count_solutions
 from svc_reward.result import Status
-from svc_reward.verifiers.logic import TASKS, Puzzle, verify_puzzle
-from svc_reward.verifiers.logic.zebra import count_solutions
+from svc_reward.verifiers.logic import verify_puzzle
 
 LEVELS = (1, 2, 3)
 SEEDS = (0, 1, 2)
@@ -111,7 +112,7 @@ def test_generator_solution_verifies_and_mutation_fails(name):
             assert Puzzle.from_dict(carried) == puzzle
             good = verify_puzzle(carried, wrap(puzzle.solution))
             assert good.status is Status.OK and good.correct is True and good.reward == 1.0, (level, seed, good)
-            bad = task.verify(puzzle, wrap(MUTATE[name](puzzle)))
+            bad = verify_puzzle(puzzle, wrap(MUTATE[name](puzzle)))
             assert bad.status is Status.OK and bad.correct is False and bad.reward == 0.0, (level, seed, bad)
 
 
@@ -126,10 +127,10 @@ def test_difficulty_knob_changes_the_puzzle(name):
 def test_malformed_answers_are_format_errors(name):
     task = TASKS[name]
     puzzle = task.generate(3, 2)
-    assert task.verify(puzzle, puzzle.solution).status is Status.FORMAT_ERROR  # no <answer> tag
-    assert task.verify(puzzle, f"<think><answer>{puzzle.solution}</answer></think>").status is Status.FORMAT_ERROR
+    assert verify_puzzle(puzzle, puzzle.solution).status is Status.FORMAT_ERROR  # no <answer> tag
+    assert verify_puzzle(puzzle, f"<think><answer>{puzzle.solution}</answer></think>").status is Status.FORMAT_ERROR
     for junk in JUNK:
-        result = task.verify(puzzle, wrap(junk))
+        result = verify_puzzle(puzzle, wrap(junk))
         assert result.status is Status.FORMAT_ERROR, (junk[:20], result)
         assert result.reward == 0.0 and result.usable
 
@@ -138,8 +139,8 @@ def test_last_answer_tag_wins():
     task = TASKS["boolean_expressions"]
     puzzle = task.generate(0, 1)
     wrong = "False" if puzzle.solution == "True" else "True"
-    assert task.verify(puzzle, f"<answer>{wrong}</answer> no wait <answer>{puzzle.solution}</answer>").correct
-    assert not task.verify(puzzle, f"<answer>{puzzle.solution}</answer> no wait <answer>{wrong}</answer>").correct
+    assert verify_puzzle(puzzle, f"<answer>{wrong}</answer> no wait <answer>{puzzle.solution}</answer>").correct
+    assert not verify_puzzle(puzzle, f"<answer>{puzzle.solution}</answer> no wait <answer>{wrong}</answer>").correct
 
 
 # ---------------------------------------------------------------- other valid solutions
@@ -205,7 +206,7 @@ def test_latin_grid_verifier_agrees_with_brute_force(name, oracle):
     puzzles.append(Puzzle.from_dict(dict(puzzles[0].to_dict(), metadata=sparse)))
     multi = 0
     for puzzle in puzzles:
-        accepted = [g for g in squares if TASKS[name].verify(puzzle, wrap(as_text(g))).correct]
+        accepted = [g for g in squares if verify_puzzle(puzzle, wrap(as_text(g))).correct]
         assert accepted == [g for g in squares if oracle(puzzle.metadata, g)]
         assert accepted, "every puzzle has a solution"
         multi += len(accepted) > 1
@@ -223,7 +224,7 @@ def test_kakurasu_accepts_every_brute_force_solution():
                  if [sum((r + 1) * rows[r][c] for r in range(4)) for c in range(4)] == meta["cols"]]
         for rows in found:
             text = "\n".join("".join("#" if b else "." for b in row) for row in rows)
-            assert TASKS["kakurasu"].verify(puzzle, wrap(text)).correct, text
+            assert verify_puzzle(puzzle, wrap(text)).correct, text
         multi += len(found) > 1
     assert multi >= 1
 
@@ -239,7 +240,7 @@ def test_star_battle_accepts_every_brute_force_solution():
         assert found
         for cols in found:
             text = "\n".join("".join("*" if c == cols[r] else "." for c in range(5)) for r in range(5))
-            assert TASKS["star_battle"].verify(puzzle, wrap(text)).correct, text
+            assert verify_puzzle(puzzle, wrap(text)).correct, text
         multi += len(found) > 1
     assert multi >= 1
 
@@ -264,7 +265,7 @@ def test_game24_accepts_other_solutions_and_checks_target():
     for seed in range(6):
         puzzle = task.generate(seed, 1)
         for text, value in _left_nested_expressions(puzzle.metadata["numbers"]):
-            result = task.verify(puzzle, wrap(text))
+            result = verify_puzzle(puzzle, wrap(text))
             assert result.correct is (value == 24), (text, value)
             other_found += value == 24 and text != puzzle.solution
     assert other_found >= 1
@@ -273,7 +274,7 @@ def test_game24_accepts_other_solutions_and_checks_target():
 def test_game24_parser_rules():
     puzzle = Puzzle("game24", 0, 1, "q", "", {"numbers": [3, 3, 8, 8], "target": 24})
     task = TASKS["game24"]
-    verdict = lambda answer: task.verify(puzzle, wrap(answer))  # noqa: E731
+    verdict = lambda answer: verify_puzzle(puzzle, wrap(answer))  # noqa: E731
     assert verdict("8 / (3 - 8 / 3)").correct  # exact fractions: 8/3 is not rounded
     assert verdict("8 ÷ (3 − 8 ÷ 3)".replace("−", "-")).correct
     assert verdict("8/(3-8/3) = 24").correct
@@ -288,13 +289,13 @@ def test_game24_parser_rules():
 def test_cryptarithm_accepts_any_valid_assignment():
     puzzle = Puzzle("cryptarithm", 0, 1, "q", "", {"words": ["AB", "C", "DE"]})
     task = TASKS["cryptarithm"]
-    assert task.verify(puzzle, wrap("A=1, B=2, C=3, D=4, E=5")).correct is False  # 12 + 3 != 45
-    assert task.verify(puzzle, wrap("A=1, B=5, C=8, D=2, E=3")).correct is True  # 15 + 8 = 23
-    assert task.verify(puzzle, wrap("A=4, B=7, C=6, D=5, E=3")).correct is True  # 47 + 6 = 53
-    assert task.verify(puzzle, wrap("A=1, B=5, C=8, D=2, E=8")).correct is False  # C and E share 8
-    assert task.verify(puzzle, wrap("A=0, B=5, C=8, D=1, E=3")).correct is False  # leading zero
-    assert task.verify(puzzle, wrap("A=1, B=5, C=8, D=2")).status is Status.FORMAT_ERROR
-    assert task.verify(puzzle, wrap("A=1, B=5, C=8, D=2, E=3, Z=4")).status is Status.FORMAT_ERROR
+    assert verify_puzzle(puzzle, wrap("A=1, B=2, C=3, D=4, E=5")).correct is False  # 12 + 3 != 45
+    assert verify_puzzle(puzzle, wrap("A=1, B=5, C=8, D=2, E=3")).correct is True  # 15 + 8 = 23
+    assert verify_puzzle(puzzle, wrap("A=4, B=7, C=6, D=5, E=3")).correct is True  # 47 + 6 = 53
+    assert verify_puzzle(puzzle, wrap("A=1, B=5, C=8, D=2, E=8")).correct is False  # C and E share 8
+    assert verify_puzzle(puzzle, wrap("A=0, B=5, C=8, D=1, E=3")).correct is False  # leading zero
+    assert verify_puzzle(puzzle, wrap("A=1, B=5, C=8, D=2")).status is Status.FORMAT_ERROR
+    assert verify_puzzle(puzzle, wrap("A=1, B=5, C=8, D=2, E=3, Z=4")).status is Status.FORMAT_ERROR
 
 
 def test_zebra_generator_makes_unique_puzzles():
@@ -307,9 +308,9 @@ def test_dyck_accepts_the_whole_sequence_and_rejects_openers():
     task = TASKS["dyck"]
     puzzle = task.generate(4, 2)
     whole = " ".join(puzzle.metadata["prefix"]) + " " + puzzle.solution
-    assert task.verify(puzzle, wrap(whole)).correct
-    assert task.verify(puzzle, wrap(puzzle.solution.replace(" ", ""))).correct
-    assert not task.verify(puzzle, wrap("( ) " + puzzle.solution)).correct
+    assert verify_puzzle(puzzle, wrap(whole)).correct
+    assert verify_puzzle(puzzle, wrap(puzzle.solution.replace(" ", ""))).correct
+    assert not verify_puzzle(puzzle, wrap("( ) " + puzzle.solution)).correct
 
 
 def test_boolean_parser_precedence():
@@ -319,8 +320,8 @@ def test_boolean_parser_precedence():
              "False or False or (True and False)": "False"}
     for expression, value in cases.items():
         puzzle = Puzzle("boolean_expressions", 0, 1, "q", value, {"expression": expression})
-        assert task.verify(puzzle, wrap(value)).correct, expression
-        assert not task.verify(puzzle, wrap("False" if value == "True" else "True")).correct, expression
+        assert verify_puzzle(puzzle, wrap(value)).correct, expression
+        assert not verify_puzzle(puzzle, wrap("False" if value == "True" else "True")).correct, expression
 
 
 def test_web_of_lies_is_derived_from_statements():
@@ -329,7 +330,7 @@ def test_web_of_lies_is_derived_from_statements():
     assert re.fullmatch(r"(yes|no)(, (yes|no))*", puzzle.solution)
     flipped = dict(meta, first_truthful=not meta["first_truthful"])  # negating the fact flips everyone
     negated = ", ".join("no" if w == "yes" else "yes" for w in puzzle.solution.split(", "))
-    assert TASKS["web_of_lies"].verify(Puzzle.from_dict(dict(puzzle.to_dict(), metadata=flipped)),
+    assert verify_puzzle(Puzzle.from_dict(dict(puzzle.to_dict(), metadata=flipped)),
                                        wrap(negated)).correct
 
 
@@ -353,5 +354,5 @@ def test_fuzzed_answers_never_crash_the_verifier(name):
             elif i < len(chars):
                 del chars[i]
         for answer in ("".join(chars), "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))):
-            result = task.verify(puzzle, wrap(answer))
+            result = verify_puzzle(puzzle, wrap(answer))
             assert result.status in (Status.OK, Status.FORMAT_ERROR), (answer, result)

@@ -1,8 +1,8 @@
 """Futoshiki: a latin square with a few givens and inequalities between neighbouring cells."""
 from __future__ import annotations
 
-from svc_reward.verifiers.logic.base import LogicTask
-from svc_reward.verifiers.logic.grids import (blank_out, format_grid, givens_violation,
+from m1flow.tasks.logic.base import LogicTask
+from m1flow.tasks.logic.grids import (blank_out, format_grid, givens_violation,
                                               latin_violation, parse_int_grid, random_latin_square)
 
 LEVELS = {1: (4, 3, 4), 2: (5, 3, 6), 3: (6, 4, 9)}  # size, givens, inequalities

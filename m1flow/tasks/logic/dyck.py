@@ -1,7 +1,7 @@
 """Dyck language completion: close every open bracket of a prefix, in the right order."""
 from __future__ import annotations
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.base import FormatError, LogicTask
 
 PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">"}
 CLOSERS = {v: k for k, v in PAIRS.items()}

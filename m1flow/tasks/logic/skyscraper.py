@@ -1,8 +1,8 @@
 """Skyscrapers: a latin square of heights; edge clues count the towers seen from that side."""
 from __future__ import annotations
 
-from svc_reward.verifiers.logic.base import LogicTask
-from svc_reward.verifiers.logic.grids import format_grid, latin_violation, parse_int_grid, random_latin_square
+from m1flow.tasks.logic.base import LogicTask
+from m1flow.tasks.logic.grids import format_grid, latin_violation, parse_int_grid, random_latin_square
 
 LEVELS = {1: (4, 1.0), 2: (5, 0.8), 3: (6, 0.7)}  # size, share of edge clues shown
 SIDES = ("top", "bottom", "left", "right")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
-from svc_reward.verifiers.logic.boolean_expr import TRUTH_WORDS
+from m1flow.tasks.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.boolean_expr import TRUTH_WORDS
 
 NAMES = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory",
          "Niaj", "Olivia", "Peggy", "Rupert", "Sybil"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.base import FormatError, LogicTask
 
 ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "st", "tr"]
 VOWELS = ["a", "e", "i", "o", "u"]

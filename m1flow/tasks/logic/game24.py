@@ -10,8 +10,8 @@ from collections import Counter
 from fractions import Fraction
 from itertools import combinations
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
-from svc_reward.verifiers.logic.parsing import TokenStream
+from m1flow.tasks.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.parsing import TokenStream
 
 _TOKEN = re.compile(r"\d+|[-+*/()×÷=]")
 _OPS = {"×": "*", "÷": "/"}

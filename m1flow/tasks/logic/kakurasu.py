@@ -2,8 +2,8 @@
 add up to the clues. Often several shadings fit; any that meets every clue is accepted."""
 from __future__ import annotations
 
-from svc_reward.verifiers.logic.base import LogicTask
-from svc_reward.verifiers.logic.grids import parse_mark_grid
+from m1flow.tasks.logic.base import LogicTask
+from m1flow.tasks.logic.grids import parse_mark_grid
 
 LEVELS = {1: 4, 2: 5, 3: 6}
 MARKED, EMPTY = "#Xx*1", ".0-"

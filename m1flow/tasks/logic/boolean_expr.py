@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 import re
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
-from svc_reward.verifiers.logic.parsing import TokenStream
+from m1flow.tasks.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.parsing import TokenStream
 
 _TOKEN = re.compile(r"true\b|false\b|not\b|and\b|or\b|[()]", re.IGNORECASE)
 LEVELS = {1: 2, 2: 3, 3: 4}  # depth of the expression tree

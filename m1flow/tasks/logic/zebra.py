@@ -10,7 +10,7 @@ import random
 import re
 from itertools import permutations
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.base import FormatError, LogicTask
 
 ATTRIBUTES = {
     "color": ["red", "green", "blue", "yellow", "white"],

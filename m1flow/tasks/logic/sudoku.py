@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from svc_reward.verifiers.logic.base import LogicTask
-from svc_reward.verifiers.logic.grids import (blank_out, format_grid, givens_violation,
+from m1flow.tasks.logic.base import LogicTask
+from m1flow.tasks.logic.grids import (blank_out, format_grid, givens_violation,
                                               latin_violation, parse_int_grid)
 
 BOXES = {1: (2, 2), 2: (2, 3), 3: (3, 3)}  # box rows x box columns

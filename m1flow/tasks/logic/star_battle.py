@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from svc_reward.verifiers.logic.base import LogicTask
-from svc_reward.verifiers.logic.grids import neighbours8, parse_mark_grid
+from m1flow.tasks.logic.base import LogicTask
+from m1flow.tasks.logic.grids import neighbours8, parse_mark_grid
 
 LEVELS = {1: 5, 2: 6, 3: 8}
 LETTERS = "ABCDEFGHIJ"

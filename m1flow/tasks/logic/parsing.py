@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from svc_reward.verifiers.logic.base import FormatError
+from m1flow.tasks.logic.base import FormatError
 
 
 class TokenStream:

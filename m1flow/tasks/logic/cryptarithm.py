@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from svc_reward.verifiers.logic.base import FormatError, LogicTask
+from m1flow.tasks.logic.base import FormatError, LogicTask
 
 LEVELS = {1: (2, 3), 2: (2, 4), 3: (3, 4)}  # addends, digits per addend
 _PAIR = re.compile(r"([A-Za-z])\s*[=:]\s*(\d+)")

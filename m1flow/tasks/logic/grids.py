@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import re
 
-from svc_reward.verifiers.logic.base import FormatError
+from m1flow.tasks.logic.base import FormatError
 
 _DECORATION = re.compile(r"[\[\](),|]")
 
