@@ -1,7 +1,6 @@
 """The task record, the schema per verifier kind, the importers and the generator sources."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -131,17 +130,11 @@ def test_arith_generator_is_a_pure_function_of_seed_and_index():
         open_source(DatasetConfig(generator="rg:leg_countin"))
 
 
-def _has(module: str, attr: str) -> bool:
-    return importlib.util.find_spec(module) is not None and hasattr(importlib.import_module(module), attr)
-
-
-@pytest.mark.skipif(not _has("m1flow.tasks.logic", "make_record"), reason="m1flow.tasks.logic lands with wt/rgcode")
 def test_logic_generator_source():
     records = [r for _, r in open_source(DatasetConfig(generator="logic:sudoku", size=3, seed=1)).records()]
     assert all(isinstance(r, TaskRecord) and r.verifier.kind == "logic:sudoku" for r in records)
 
 
-@pytest.mark.skipif(not _has("m1flow.tasks.rg", "make_record"), reason="m1flow.tasks.rg lands with wt/rgcode")
 def test_rg_generator_source():
     records = [r for _, r in open_source(DatasetConfig(generator="rg:leg_counting", size=3, seed=1)).records()]
     assert all(isinstance(r, TaskRecord) and r.verifier.kind == "rg:leg_counting" for r in records)
