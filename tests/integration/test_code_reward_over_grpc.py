@@ -6,7 +6,7 @@ import json
 import pytest
 
 from m1flow.contracts import events
-from m1flow.launcher import launch
+from m1flow.ops.launcher import launch
 from svc_reward.scorers import ScorerRegistry
 
 SPEC = events.VerifierSpec(kind="code", spec_json=json.dumps({"language": "python", "tests": [
