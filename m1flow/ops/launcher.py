@@ -38,14 +38,15 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
-        entry = self.entry or [sys.executable, "-m", service(self.name).module]
-        cmd = [*entry, "--run-dir", str(self.run_dir),
-               "--replica", str(self.replica), *self.args]
         self.launched_at = time.time()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         return self
+
+    def command(self) -> list[str]:
+        entry = self.entry or [sys.executable, "-m", service(self.name).module]
+        return [*entry, "--run-dir", str(self.run_dir), "--replica", str(self.replica), *self.args]
 
     def info(self) -> dict:
         path = ready_file(self.run_dir, self.name, self.replica)

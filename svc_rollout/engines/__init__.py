@@ -7,19 +7,31 @@ costs nothing (no torch, transformers or vLLM) and a machine without vLLM runs t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from m1flow.rl.registry import Registry
 
 if TYPE_CHECKING:
-    from svc_rollout.config import RolloutConfig
     from svc_rollout.engines.base import Engine
+    from svc_rollout.engines.vllm_engine import VllmSettings
 
-ENGINES: Registry[Callable[["RolloutConfig"], "Engine"]] = Registry("rollout engine")
+
+class EngineSettings(Protocol):
+    """What the builders read (RolloutConfig has it; the config imports this module, not the reverse)."""
+
+    engine: str
+    batch_groups: int
+    group_size: int
+    device: str
+    torch_threads: int
+    vllm: VllmSettings
+
+
+ENGINES: Registry[Callable[[EngineSettings], "Engine"]] = Registry("rollout engine")
 
 
 @ENGINES.register("native")
-def _native(cfg: RolloutConfig) -> Engine:
+def _native(cfg: EngineSettings) -> Engine:
     """The hybrid model's own batched decoding (m1flow.model)."""
     from svc_rollout.engines.native import NativeEngine
 
@@ -27,7 +39,7 @@ def _native(cfg: RolloutConfig) -> Engine:
 
 
 @ENGINES.register("hf")
-def _hf(cfg: RolloutConfig) -> Engine:
+def _hf(cfg: EngineSettings) -> Engine:
     """transformers' generate, for any causal LM directory."""
     from svc_rollout.engines.hf import HFEngine
 
@@ -35,16 +47,16 @@ def _hf(cfg: RolloutConfig) -> Engine:
 
 
 @ENGINES.register("vllm")
-def _vllm(cfg: RolloutConfig) -> Engine:
+def _vllm(cfg: EngineSettings) -> Engine:
     """vLLM's continuous batching: production."""
     from svc_rollout.engines.vllm_engine import VllmEngine
 
     return VllmEngine(cfg.vllm, threads=cfg.torch_threads)
 
 
-def build(cfg: RolloutConfig) -> Engine:
+def build(cfg: EngineSettings) -> Engine:
     """The configured engine."""
     return ENGINES.get(cfg.engine)(cfg)
 
 
-__all__ = ["ENGINES", "build"]
+__all__ = ["ENGINES", "EngineSettings", "build"]
