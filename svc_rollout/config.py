@@ -11,9 +11,8 @@ from svc_rollout.engines.vllm_engine import VllmSettings
 class RolloutConfig(ServiceConfig):
     """svc_rollout: samples G completions per prompt with the current policy."""
 
-    engine: str = Field(
-        "native", description="native: the hybrid model's own decoding; hf: transformers generate; vllm: production "
-                              "(svc_rollout.engines.ENGINES)")
+    engine: str = Field(  # a name in svc_rollout.engines.ENGINES
+        "native", description="native: the hybrid model's own decoding; hf: transformers generate; vllm: production")
     device: str = Field("auto", description="native/hf engines: auto (CUDA where present), cpu, cuda:N")
     group_size: int = Field(8, description="completions per prompt when the prompt does not say")
     max_new_tokens: int = Field(8, description="output window until `control` sets another (new requests only)")
