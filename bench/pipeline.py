@@ -4,7 +4,7 @@ Both sides start from the same warm-started policy and do the same work: `--step
 `--batch` groups of G samples of the demo's arithmetic prompts, CISPO with the same settings, a
 checkpoint written after every step and loaded by the engine that samples the next groups.
 
-  services:   broker + svc_rollout + svc_reward + svc_learner as processes (m1flow.stack); timed from
+  services:   broker + svc_rollout + svc_reward + svc_learner as processes (m1flow.ops.stack); timed from
               the first prompt published to the announcement of policy version `--steps`. Rollouts
               run ahead of the learner (bounded by the rollout's backpressure) while it trains.
   in process: for each step, generate the batch with the same engine, score it, train, checkpoint,
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from m1flow import checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
-from m1flow.demo import rl_lr, warmstart_for  # noqa: E402
+from m1flow.ops.demo import rl_lr, warmstart_for  # noqa: E402
 from m1flow.rl.config import AlgorithmConfig  # noqa: E402
 from m1flow.rl.selection import Selected  # noqa: E402
 from m1flow.status import Status  # noqa: E402
@@ -40,6 +40,7 @@ from m1flow.warmstart import warm_started_policy  # noqa: E402
 from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
+from svc_rollout.client import ENGINE_NAMES  # noqa: E402
 from svc_rollout.engines.base import GroupRequest  # noqa: E402
 
 SERVICES = ("learner", "reward", "rollout")
@@ -107,8 +108,8 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
 def services(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int) -> dict:
     from m1flow.bus import Producer
     from m1flow.source import publish
-    from m1flow.stack import Stack
-    from m1flow.topics_io import read_range
+    from m1flow.ops.stack import Stack
+    from m1flow.ops.topics_io import read_range
 
     run = Path(tempfile.mkdtemp(prefix="m1flow-bench-services-"))
     stack = Stack(run, model=policy, service_args={
@@ -139,7 +140,7 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--engine", choices=["native", "hf", "vllm"], default="native")
+    ap.add_argument("--engine", choices=ENGINE_NAMES, default="native")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)

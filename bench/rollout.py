@@ -92,7 +92,7 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
     from m1flow.kafka import Broker
     from kafka import KafkaConsumer
 
-    from m1flow.launcher import launch
+    from m1flow.ops.launcher import launch
     from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
 
     bare = VllmEngine(VllmSettings(max_num_seqs=window * n), threads=1)

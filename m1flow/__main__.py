@@ -1,5 +1,5 @@
 import sys
 
-from m1flow.cli import main
+from m1flow.ops.cli import main
 
 sys.exit(main())

@@ -2,16 +2,33 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from m1flow.runtime.config import ServiceConfig
 from svc_reward.genrm.config import FLAT_KEYS, GenRMKindConfig
-from svc_reward.verifiers.code import CodeRewardConfig
-from svc_reward.verifiers.math import MathVerifyConfig
+from svc_sandbox.client import Limits
 
 log = logging.getLogger(__name__)
+
+
+# The verifiers' own blocks live here, not in their modules: a verifier module registers itself with
+# svc_reward.kinds, whose context carries this config, so a block defined beside its verifier would
+# make the config and the verifiers import each other.
+class MathVerifyConfig(BaseModel):
+    workers: int = Field(2, ge=1, description="worker processes; also the most checks at once")
+    timeout_s: float = Field(5.0, gt=0, description="hard deadline of one comparison")
+    startup_timeout_s: float = Field(120.0, gt=0, description="time a new worker may take to import SymPy")
+    memory_mb: int = Field(2048, ge=0, description="address-space limit per worker; 0 = none")
+    max_tasks_per_worker: int = Field(1000, ge=1, description="recycle workers to drop SymPy caches")
+
+
+class CodeRewardConfig(BaseModel):
+    mode: Literal["fraction", "all"] = Field("fraction", description="fraction of tests passed, or 1 only if all pass")
+    limits: Limits = Field(default_factory=Limits, description="limits of each test run")
+    parallel: int = Field(1, ge=1, description="test cases run at once")
+
 
 
 class RewardConfig(ServiceConfig):

@@ -4,6 +4,15 @@ from __future__ import annotations
 import grpc
 
 from m1flow.contracts import rpc, rpc_grpc
+from svc_rollout.engines import ENGINES
+
+ENGINE_NAMES: tuple[str, ...] = ENGINES.names()  # what `--engine` accepts (m1flow up, the demo, bench)
+
+
+def known_engine(name: str) -> str:
+    """`name` when a rollout replica accepts it as `--engine`; otherwise a ValueError naming the known ones."""
+    ENGINES.get(name)
+    return name
 
 
 def generate(address: str, prompt: str, n: int = 1, max_new_tokens: int = 0, temperature: float = 0.0,

@@ -29,7 +29,7 @@ from m1flow.sampling import seed_for
 from svc_rollout import engines, metrics
 from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.config import RolloutConfig
-from svc_rollout.engines import GroupRequest, GroupResult
+from svc_rollout.engines.base import GroupRequest, GroupResult
 
 log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"

@@ -91,7 +91,7 @@ class GoldChecker:
         return self._with_sandbox
 
     def _start_sandbox(self) -> str:
-        from m1flow.launcher import ServiceProcess
+        from m1flow.ops.launcher import ServiceProcess
 
         if self.run_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="m1flow-validate-")

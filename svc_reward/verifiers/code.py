@@ -15,15 +15,15 @@ import re
 import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
+from svc_reward.config import CodeRewardConfig
 from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import RewardParts, ScoreResult, Status
-from svc_sandbox.client import Executor, ExecRequest, ExecResult, InvalidRequest, Limits, fence_tags
+from svc_sandbox.client import Executor, ExecRequest, ExecResult, InvalidRequest, fence_tags
 from svc_sandbox.client import Status as RunStatus
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -41,12 +41,6 @@ class FunctionTest(BaseModel):
     test: str
     entry_point: str
     prompt: str = Field("", description="the signature and docstring the answer completes")
-
-
-class CodeRewardConfig(BaseModel):
-    mode: Literal["fraction", "all"] = Field("fraction", description="fraction of tests passed, or 1 only if all pass")
-    limits: Limits = Field(default_factory=Limits, description="limits of each test run")
-    parallel: int = Field(1, ge=1, description="test cases run at once")
 
 
 def extract_code(response: str, language: str = "python") -> str | None:

@@ -21,22 +21,13 @@ import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from m1flow.contracts import events
+from svc_reward.config import MathVerifyConfig
 from svc_reward.kinds import KINDS, KindContext
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import MATH_STYLES, extract_answer, last_boxed, strip_delimiters
 
 _WORKER = Path(__file__).with_name("math_worker.py")
-
-
-class MathVerifyConfig(BaseModel):
-    workers: int = Field(2, ge=1, description="worker processes; also the most checks at once")
-    timeout_s: float = Field(5.0, gt=0, description="hard deadline of one comparison")
-    startup_timeout_s: float = Field(120.0, gt=0, description="time a new worker may take to import SymPy")
-    memory_mb: int = Field(2048, ge=0, description="address-space limit per worker; 0 = none")
-    max_tasks_per_worker: int = Field(1000, ge=1, description="recycle workers to drop SymPy caches")
 
 
 class _Worker:

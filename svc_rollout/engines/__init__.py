@@ -1,23 +1,62 @@
-"""Rollout engines behind one interface (base.Engine): `native`, `hf`, `vllm`."""
+"""Rollout engines behind one interface (base.Engine), chosen by name (`--engine`): `native`, `hf`, `vllm`.
+
+ENGINES is the one list of them: the config validates against it, the CLI and the demo read its
+names through svc_rollout.client. Each builder imports its engine when called, so naming the engines
+costs nothing (no torch, transformers or vLLM) and a machine without vLLM runs the others.
+"""
 from __future__ import annotations
 
-from svc_rollout.config import RolloutConfig
-from svc_rollout.engines.base import Engine, GroupRequest, GroupResult, Sample
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from m1flow.rl.registry import Registry
+
+if TYPE_CHECKING:
+    from svc_rollout.engines.base import Engine
+    from svc_rollout.engines.vllm_engine import VllmSettings
 
 
-def build(cfg: RolloutConfig) -> Engine:
-    """The configured engine; vLLM and transformers are imported only by the engine that uses them."""
-    if cfg.engine == "vllm":
-        from svc_rollout.engines.vllm_engine import VllmEngine
+class EngineSettings(Protocol):
+    """What the builders read (RolloutConfig has it; the config imports this module, not the reverse)."""
 
-        return VllmEngine(cfg.vllm, threads=cfg.torch_threads)
-    if cfg.engine == "hf":
-        from svc_rollout.engines.hf import HFEngine
+    engine: str
+    batch_groups: int
+    group_size: int
+    device: str
+    torch_threads: int
+    vllm: VllmSettings
 
-        return HFEngine(cfg.batch_groups, cfg.group_size, cfg.device)
+
+ENGINES: Registry[Callable[[EngineSettings], "Engine"]] = Registry("rollout engine")
+
+
+@ENGINES.register("native")
+def _native(cfg: EngineSettings) -> Engine:
+    """The hybrid model's own batched decoding (m1flow.model)."""
     from svc_rollout.engines.native import NativeEngine
 
     return NativeEngine(cfg.batch_groups, cfg.group_size, cfg.device)
 
 
-__all__ = ["Engine", "GroupRequest", "GroupResult", "Sample", "build"]
+@ENGINES.register("hf")
+def _hf(cfg: EngineSettings) -> Engine:
+    """transformers' generate, for any causal LM directory."""
+    from svc_rollout.engines.hf import HFEngine
+
+    return HFEngine(cfg.batch_groups, cfg.group_size, cfg.device)
+
+
+@ENGINES.register("vllm")
+def _vllm(cfg: EngineSettings) -> Engine:
+    """vLLM's continuous batching: production."""
+    from svc_rollout.engines.vllm_engine import VllmEngine
+
+    return VllmEngine(cfg.vllm, threads=cfg.torch_threads)
+
+
+def build(cfg: EngineSettings) -> Engine:
+    """The configured engine."""
+    return ENGINES.get(cfg.engine)(cfg)
+
+
+__all__ = ["ENGINES", "EngineSettings", "build"]

@@ -7,7 +7,7 @@ import sys
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import METRICS
 from m1flow.contracts import events
-from m1flow.launcher import ROOT
+from m1flow.ops import ROOT
 
 
 def m1flow(*args: str) -> str:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from m1flow.cluster import ROOT
+from m1flow.ops import ROOT
 
 CANNOT = 3  # scripts/docker_engine.sh's exit code for "no engine can run here"
 

@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
-from m1flow.cluster import ROOT
+from m1flow.ops import ROOT
+from m1flow.ops.services import SERVICES as LISTED
 
-SERVICES = ("svc_sandbox", "svc_reward", "svc_learner", "svc_rollout", "svc_monitor")
+SERVICES = tuple(s.container for s in LISTED)
 
 
 def config(*files: str, **env: str) -> dict:

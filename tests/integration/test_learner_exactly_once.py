@@ -19,7 +19,7 @@ from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
 from m1flow.kafka import Broker
 from m1flow.bus.admin import ensure_topics
-from m1flow.launcher import launch
+from m1flow.ops.launcher import launch
 from m1flow.chat import prompt_ids
 from m1flow.checkpoint import WEIGHTS_FILE, latest, load_policy, load_state
 from m1flow.model import sample
@@ -145,7 +145,7 @@ def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_br
     train (DDP over gloo); same groups per step, and after 2 steps x 2 updates the weights agree
     with the single-process learner's (one update within 1e-6 and the exact gradients are checked
     in tests/learner/test_learner_distributed.py)."""
-    from m1flow.launcher import torchrun
+    from m1flow.ops.launcher import torchrun
 
     bootstrap, policy, _ = filled_broker
     # AdamW with eps 1e-15 takes a sign-like step, so a parameter whose true gradient is ~0 would

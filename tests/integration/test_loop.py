@@ -9,11 +9,11 @@ import torch
 from m1flow.bus import Producer
 from m1flow.contracts import events
 from m1flow.source import publish
-from m1flow.stack import Stack
+from m1flow.ops.stack import Stack
 from m1flow.tasks.arith import problems
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.status import Status
-from m1flow.topics_io import read_range
+from m1flow.ops.topics_io import read_range
 from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
 from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
@@ -99,7 +99,7 @@ def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     by the rollout service itself (64 x 8 samples), rises from the first policy to the last."""
     pytest.importorskip("vllm")
     from m1flow import checkpoint
-    from m1flow.demo import DemoConfig, evaluate, rl_lr, wait_for_version
+    from m1flow.ops.demo import DemoConfig, evaluate, rl_lr, wait_for_version
 
     batch, versions = 16, 96
     asked = problems(seed=3, n=64, max_operand=12)

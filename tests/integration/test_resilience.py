@@ -11,9 +11,9 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import ROLLOUTS
 from m1flow.contracts import events
-from m1flow.launcher import ROOT
+from m1flow.ops import ROOT
 from m1flow.source import publish
-from m1flow.stack import Stack
+from m1flow.ops.stack import Stack
 from m1flow.tasks.arith import problems
 
 from tests.integration.helpers import content, policy_versions, records, scored_by_group, wait_for

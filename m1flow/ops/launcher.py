@@ -13,11 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from m1flow.ops import ROOT
+from m1flow.ops.services import service
 from m1flow.runtime import health
 from m1flow.runtime.service import ready_file
-
-ROOT = Path(__file__).resolve().parent.parent
-SERVICES = ("sandbox", "reward", "learner", "rollout", "monitor")
 
 
 @dataclass
@@ -27,7 +26,7 @@ class ServiceProcess:
     run_dir: Path
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    entry: list[str] = field(default_factory=list)  # e.g. torchrun's; default: python -m svc_<name>
+    entry: list[str] = field(default_factory=list)  # e.g. torchrun's; default: python -m <its module>
     proc: subprocess.Popen | None = None
     launched_at: float = 0.0
 
@@ -39,14 +38,15 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
-        entry = self.entry or [sys.executable, "-m", f"svc_{self.name}"]
-        cmd = [*entry, "--run-dir", str(self.run_dir),
-               "--replica", str(self.replica), *self.args]
         self.launched_at = time.time()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         return self
+
+    def command(self) -> list[str]:
+        entry = self.entry or [sys.executable, "-m", service(self.name).module]
+        return [*entry, "--run-dir", str(self.run_dir), "--replica", str(self.replica), *self.args]
 
     def info(self) -> dict:
         path = ready_file(self.run_dir, self.name, self.replica)
@@ -94,7 +94,7 @@ class ServiceProcess:
 def torchrun(name: str, nproc: int) -> list[str]:
     """The entry of a service run data-parallel on `nproc` local processes."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", f"svc_{name}"]
+            "-m", service(name).module]
 
 
 def launch(name: str, run_dir: Path, bootstrap: str, args: list[str] | None = None, replica: int = 0,

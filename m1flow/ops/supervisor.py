@@ -22,9 +22,9 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from m1flow.launcher import ServiceProcess
+from m1flow.ops.launcher import ServiceProcess
+from m1flow.ops.stack import Stack
 from m1flow.runtime import health
-from m1flow.stack import Stack
 
 log = logging.getLogger(__name__)
 STATE_FILE = "up.json"

@@ -2,7 +2,7 @@
 reward, rollout, learner and sandbox containers and of the broker at random moments over several
 cycles, then the guarantees checked from the topics and the learner's checkpoints.
 
-The plan of faults, the progress watcher, the timeline and the invariant checker are m1flow.chaos's,
+The plan of faults, the progress watcher, the timeline and the invariant checker are m1flow.ops.chaos's,
 shared with the chaos run of `m1flow up`; only how a fault reaches its target differs. Docker's
 restart policy does not undo a `docker kill` (the engine counts it as a deliberate stop), so the
 runner plays the orchestrator: it starts a killed container again after a random outage. A frozen
@@ -18,13 +18,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from m1flow.chaos.faults import BROKER_FAULTS, READERS, SERVICE_FAULTS, Fault, Injector, plan
-from m1flow.chaos.invariants import Report, check
-from m1flow.chaos.run import Watcher, timeline
-from m1flow.cluster import Cluster
+from m1flow.ops.chaos.faults import BROKER_FAULTS, READERS, SERVICE_FAULTS, Fault, Injector, plan
+from m1flow.ops.chaos.invariants import Report, check
+from m1flow.ops.chaos.run import Watcher, timeline
+from m1flow.ops.cluster import Cluster
+from m1flow.ops.services import SERVICES
 
 # chaos target -> compose service
-SERVICES = {"reward": "svc_reward", "rollout": "svc_rollout", "learner": "svc_learner", "sandbox": "svc_sandbox"}
+TARGETS = {s.name: s.container for s in SERVICES if s.cluster_chaos}
 
 
 class ClusterChaosConfig(BaseModel):
@@ -43,7 +44,7 @@ class ClusterChaosConfig(BaseModel):
 def cluster_plan(cfg: ClusterChaosConfig) -> list[Fault]:
     """The shared plan, its first cycle turned into `docker kill`s of every service and the broker, so
     that each run kills every target at least once whatever the seed draws."""
-    faults = plan(cfg.seed, cfg.cycles, tuple(SERVICES), cfg.spacing_s, cfg.freeze_s)
+    faults = plan(cfg.seed, cfg.cycles, tuple(TARGETS), cfg.spacing_s, cfg.freeze_s)
     first_cycle = len(faults) // cfg.cycles
     return [replace(f, kind="kill9") if i < first_cycle and f.kind in SERVICE_FAULTS else
             replace(f, kind="broker_kill9", seconds=0.0) if i < first_cycle and f.kind in BROKER_FAULTS else f
@@ -51,7 +52,7 @@ def cluster_plan(cfg: ClusterChaosConfig) -> list[Fault]:
 
 
 class ContainerInjector(Injector):
-    """The faults of m1flow.chaos applied to the containers of one compose project."""
+    """The faults of m1flow.ops.chaos applied to the containers of one compose project."""
 
     def __init__(self, cluster: Cluster, run_dir: Path, rng: random.Random, outage_s: tuple[float, float]) -> None:
         super().__init__(run_dir, cluster.bootstrap)
@@ -73,7 +74,7 @@ class ContainerInjector(Injector):
     def _signal_service(self, name: str, sig: int) -> str:
         import signal
 
-        container = self._container(SERVICES[name])
+        container = self._container(TARGETS[name])
         if container is None:
             return "not running (already down)"
         # SIGKILL: `docker kill`; SIGTERM: `docker stop` (SIGTERM, then SIGKILL after the grace period)
@@ -153,7 +154,7 @@ class ClusterChaos:
         """Wait until every fed prompt is scored and no new version came for quiet_s (the learner then
         holds at most a partial batch: dynamic sampling drops degenerate groups, so the number of
         versions alone cannot say when it is done). Returns when it settled, None on timeout."""
-        from m1flow.topics_io import read_range
+        from m1flow.ops.topics_io import read_range
 
         deadline = time.monotonic() + timeout
         version, since = -1, time.monotonic()

@@ -12,30 +12,27 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
 
 import grpc
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from m1flow import checkpoint
-from m1flow.browser import save_page
 from m1flow.bus import Producer
 from m1flow.contracts import rpc, rpc_grpc
+from m1flow.ops.browser import save_page
+from m1flow.ops.stack import Stack
 from m1flow.source import publish
-from m1flow.stack import Stack
 from m1flow.tasks.arith import ArithProblem, parse_answer, problems
 from m1flow.warmstart import WarmStartConfig
 from svc_monitor.client import report as monitor_report
-from svc_rollout.client import generate
-
-Engine = Literal["native", "hf", "vllm"]
+from svc_rollout.client import generate, known_engine
 
 
 class DemoConfig(BaseModel):
     run_dir: Path = Path("run")
     minutes: float = 4.0
-    engine: Engine = "native"
+    engine: str = "native"  # one of svc_rollout.client.ENGINE_NAMES
     model: Path | None = None  # any local model directory; None: the warm-started small model of the engine
     group_size: int = 8
     batch_groups: int = 32
@@ -45,6 +42,11 @@ class DemoConfig(BaseModel):
     eval_samples: int = 4
     window: int = 8
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        return known_engine(value)
+
 
 def rl_lr(policy: Path) -> float:
     """A learning rate that improves the demo's small models steadily: the hybrid model's post-norm
@@ -53,7 +55,7 @@ def rl_lr(policy: Path) -> float:
     return 3e-4 if checkpoint.is_hybrid(policy) else 1e-4
 
 
-def warmstart_for(engine: Engine) -> WarmStartConfig:
+def warmstart_for(engine: str) -> WarmStartConfig:
     """The hybrid model decodes natively; vLLM and transformers get a small Qwen2."""
     return WarmStartConfig(arch="minimax_m1" if engine == "native" else "qwen2")
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from m1flow.bus.topics import TopicLayout
+from m1flow.ops import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 # The image's heavy layers (system packages, pip requirements) are built from these files.
 IMAGE_INPUTS = ("Dockerfile", "requirements.txt", "scripts/system_deps.sh", "docker/entrypoint.sh")
@@ -187,7 +187,7 @@ class Cluster:
 
     def policy_version(self) -> int | None:
         """The newest version announced on `policy`, or None when the broker does not answer."""
-        from m1flow.topics_io import read_range
+        from m1flow.ops.topics_io import read_range
 
         try:
             versions = [int(r["value"].get("version", 0)) for r in read_range(self.bootstrap, "policy")
@@ -265,7 +265,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """`m1flow cluster ...` (the hook m1flow/cli.py calls)."""
+    """`m1flow cluster ...` (the hook m1flow/ops/cli.py calls)."""
     c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, down")
     c.add_argument("action", choices=["up", "status", "down"])
     c.add_argument("--project", default="m1flow", help="compose project name")

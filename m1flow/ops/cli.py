@@ -15,9 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
-from m1flow.control_cli import add_parsers as add_control_parsers
-from m1flow.ops.data_cli import add_parsers as add_data_parsers
 from m1flow.kafka import Broker, BrokerError
+from m1flow.ops.control_cli import add_parsers as add_control_parsers
+from m1flow.ops.data_cli import add_parsers as add_data_parsers
+from m1flow.ops.services import NAMES, service
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
 
@@ -58,7 +59,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from m1flow.bus.admin import admin_client, end_offsets
     from m1flow.bus.topics import BY_NAME
-    from m1flow.topics_io import dump_jsonl
+    from m1flow.ops.topics_io import dump_jsonl
 
     bootstrap = _bootstrap(args)
     if args.action == "dump":
@@ -110,7 +111,7 @@ def _learner_offsets(run_dir: Path) -> dict[str, int]:
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     """Dead letters, one line each: where the record was, which group rejected it, and why."""
-    from m1flow.topics_io import read_range
+    from m1flow.ops.topics_io import read_range
 
     print(f"{'source':<22}{'group':<28}{'service':<10}error")
     for entry in read_range(_bootstrap(args), "dlq", args.from_, args.to, args.limit):
@@ -124,9 +125,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from m1flow.launcher import launch
-    from m1flow.replay import ReplayError, replay_args
-    from m1flow.topics_io import prepare_replay
+    from m1flow.ops.launcher import launch
+    from m1flow.ops.replay import ReplayError, replay_args
+    from m1flow.ops.topics_io import prepare_replay
 
     bootstrap = _bootstrap(args)
     service_args = args.service_args[1:] if args.service_args[:1] == ["--"] else args.service_args
@@ -149,8 +150,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from m1flow.stack import Stack
-    from m1flow.supervisor import RestartPolicy, Supervisor
+    from m1flow.ops.stack import Stack
+    from m1flow.ops.supervisor import RestartPolicy, Supervisor
 
     try:
         replicas = dict(r.split("=", 1) for r in args.replicas)
@@ -159,7 +160,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from m1flow.demo import warmstart_for
+    from m1flow.ops.demo import warmstart_for
 
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
                   service_args={"rollout": ["--engine", args.engine]})
@@ -181,7 +182,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from m1flow.supervisor import down
+    from m1flow.ops.supervisor import down
 
     stopped = down(args.run_dir)
     print(f"stopped {stopped} process(es)" if stopped else f"nothing was running under {args.run_dir.resolve()}")
@@ -189,7 +190,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from m1flow.chaos.run import ChaosConfig, ChaosRun
+    from m1flow.ops.chaos.run import ChaosConfig, ChaosRun
 
     overrides = {k: v for k, v in (("seed", args.seed), ("cycles", args.cycles), ("prompts", args.prompts),
                                    ("spacing_s", args.spacing)) if v is not None}
@@ -199,7 +200,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_svc(args: argparse.Namespace) -> int:
-    os.execv(sys.executable, [sys.executable, "-m", f"svc_{args.name}", *args.service_args])
+    os.execv(sys.executable, [sys.executable, "-m", service(args.name).module, *args.service_args])
 
 
 def cmd_feed(args: argparse.Namespace) -> int:
@@ -219,7 +220,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from m1flow.demo import DemoConfig, run_demo
+    from m1flow.ops.demo import DemoConfig, run_demo
 
     return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model))
 
@@ -280,7 +281,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_chaos)
 
     v = sub.add_parser("svc", help="run one service in the foreground")
-    v.add_argument("name", choices=["rollout", "reward", "sandbox", "learner", "monitor"])
+    v.add_argument("name", choices=NAMES)
     v.add_argument("service_args", nargs=argparse.REMAINDER)
     v.set_defaults(func=cmd_svc)
 
@@ -300,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    from m1flow.cluster import add_parser as add_cluster_parser
+    from m1flow.ops.cluster import add_parser as add_cluster_parser
     add_cluster_parser(sub)
     return p
 
@@ -309,7 +310,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="a local model directory (config.json, safetensors, tokenizer) to start from; "
                         "default: a small model warm-started here for the engine")
-    p.add_argument("--engine", choices=["native", "hf", "vllm"], default="native",
+    from svc_rollout.client import ENGINE_NAMES
+
+    p.add_argument("--engine", choices=ENGINE_NAMES, default="native",
                    help="rollout engine: native (the hybrid model), hf (transformers generate), vllm")
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from m1flow.bus.admin import end_offsets
-from m1flow.chaos.faults import READERS, Fault, Injected, Injector, plan
-from m1flow.chaos.invariants import Report, check
-from m1flow.launcher import ROOT, SERVICES
+from m1flow.ops import ROOT
+from m1flow.ops.chaos.faults import READERS, Fault, Injected, Injector, plan
+from m1flow.ops.chaos.invariants import Report, check
+from m1flow.ops.services import NAMES
 
 
 class ChaosConfig(BaseModel):
@@ -33,7 +34,7 @@ class ChaosConfig(BaseModel):
     freeze_s: float = Field(10.0, gt=0, description="how long a frozen broker stays frozen")
     settle_s: float = Field(240.0, gt=0, description="after the last fault, how long the loop may take to finish")
     start_timeout_s: float = 600.0
-    services: tuple[str, ...] = SERVICES
+    services: tuple[str, ...] = NAMES
     # service settings for a run that recovers within the test's budget (env: every service reads its own)
     env: dict[str, str] = Field(default_factory=lambda: {
         "M1FLOW_LIVENESS": json.dumps({"stall_after_s": 60, "join_after_s": 45, "broker_down_after_s": 20}),
@@ -209,6 +210,6 @@ class ChaosRun:
 
 
 def _scored_values(bootstrap: str) -> list[dict]:
-    from m1flow.topics_io import read_range
+    from m1flow.ops.topics_io import read_range
 
     return [r["value"] for r in read_range(bootstrap, "scored") if "value" in r]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
-from m1flow.launcher import SERVICES, ServiceProcess, launch
+from m1flow.ops.launcher import ServiceProcess, launch
+from m1flow.ops.services import NAMES
 from m1flow.warmstart import WarmStartConfig, warm_started_policy
 
 
@@ -21,7 +22,7 @@ class Stack:
         start of `warmstart` (the hybrid model by default)."""
         self.run_dir = Path(run_dir).resolve()
         self.model = Path(model).resolve() if model is not None else None
-        self.replicas = {name: int((replicas or {}).get(name, 1)) for name in SERVICES}
+        self.replicas = {name: int((replicas or {}).get(name, 1)) for name in NAMES}
         self.service_args = service_args or {}
         self.run_id = run_id
         self.warmstart = warmstart or WarmStartConfig()
@@ -60,7 +61,7 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start(self, with_demo_policy: bool = True, services: tuple[str, ...] = SERVICES) -> None:
+    def start(self, with_demo_policy: bool = True, services: tuple[str, ...] = NAMES) -> None:
         """Broker, topics, initial policy, then the services in dependency order. A start that
         fails anywhere stops everything it started before raising: nothing is left running."""
         try:

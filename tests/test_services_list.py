@@ -1,0 +1,54 @@
+"""One list of services (m1flow/ops/services.py): every service package is on it, and what starts,
+lists, scales or breaks services (the launcher, `m1flow up`, `m1flow svc`, both chaos runs,
+docker-compose.yml) agrees with it."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import yaml
+
+from m1flow.ops import ROOT
+from m1flow.ops.chaos.cluster import TARGETS
+from m1flow.ops.chaos.run import ChaosConfig
+from m1flow.ops.cli import parser
+from m1flow.ops.launcher import ServiceProcess
+from m1flow.ops.services import NAMES, SERVICES, service
+from m1flow.ops.stack import Stack
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def test_every_service_package_is_listed_and_every_listed_one_runs():
+    packages = sorted(p.name for p in ROOT.glob("svc_*") if (p / "__main__.py").exists())
+    assert sorted(s.module for s in SERVICES) == packages
+    assert len(set(NAMES)) == len(NAMES)
+
+
+def test_compose_runs_each_listed_service_under_its_container_name():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for s in SERVICES:
+        assert compose[s.container]["command"][:3] == ["python", "-m", s.module], s.name
+
+
+def test_start_order_puts_each_service_after_what_it_needs():
+    order = {name: i for i, name in enumerate(NAMES)}
+    assert order["sandbox"] < order["reward"]  # the reward service gets the sandbox's address
+    assert order["learner"] < order["rollout"]  # the learner announces v0, which rollout waits for
+
+
+def test_what_starts_and_breaks_services_derives_from_the_list(tmp_path):
+    assert tuple(Stack(tmp_path).replicas) == NAMES
+    assert ChaosConfig().services == NAMES
+    assert set(TARGETS) <= set(NAMES) and all(TARGETS[n] == service(n).container for n in TARGETS)
+    svc = next(a for a in _subparser("svc")._actions if a.dest == "name")
+    assert tuple(svc.choices) == NAMES
+    assert ServiceProcess("reward", 0, tmp_path, []).command()[1:3] == ["-m", "svc_reward"]
+
+
+def test_an_unknown_service_is_named_with_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown service 'rewrad'; known: sandbox, reward"):
+        ServiceProcess("rewrad", 0, tmp_path, []).command()
