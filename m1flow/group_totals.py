@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from m1flow.contracts import events
-from m1flow.rl.legacy import status_of
+from m1flow.status import status_of
 
 
 @dataclass(frozen=True)

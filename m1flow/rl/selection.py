@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from m1flow.contracts import events
 from m1flow.rl.advantages import advantages
-from m1flow.rl.legacy import rewards_are_shaped, status_of
+from m1flow.rl.legacy import rewards_are_shaped
 from m1flow.rl.shaping import ShapingConfig, shaped_reward
-from m1flow.status import Status
+from m1flow.status import Status, status_of
 
 EQUAL_TOL = 1e-9
 
