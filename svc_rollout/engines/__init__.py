@@ -1,8 +1,12 @@
 """Rollout engines behind one interface (base.Engine): `native`, `hf`, `vllm`."""
 from __future__ import annotations
 
-from svc_rollout.config import RolloutConfig
+from typing import TYPE_CHECKING
+
 from svc_rollout.engines.base import Engine, GroupRequest, GroupResult, Sample
+
+if TYPE_CHECKING:  # svc_rollout.config imports the engines' settings: no circle at run time
+    from svc_rollout.config import RolloutConfig
 
 
 def build(cfg: RolloutConfig) -> Engine:
