@@ -138,8 +138,7 @@ class LearnerService(Service):
         return ["m1flow.v1.LearnerService"]
 
     def start(self) -> None:
-        replay = self.config.stop_offsets is not None
-        self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(replay),
+        self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
                                   max_records=16)
         self.stream.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
         self.stream.producer.flush()

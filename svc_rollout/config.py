@@ -35,3 +35,8 @@ class RolloutConfig(ServiceConfig):
     pinned_policy_version: int = Field(0, ge=0, description="the version of pinned_policy (stamped on rollouts)")
     torch_threads: int = 1
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+
+    @property
+    def replaying(self) -> bool:
+        """A pinned policy is a replay's too: the learner does not move it (see ServiceConfig.replaying)."""
+        return super().replaying or bool(self.pinned_policy)

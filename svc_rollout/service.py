@@ -94,8 +94,7 @@ class RolloutService(Service):
     def start(self) -> None:
         cfg = self.config
         self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch")
-        replaying = cfg.stop_offsets is not None or bool(cfg.output_suffix) or bool(cfg.pinned_policy)
-        backlog = None if replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
+        backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
             self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
