@@ -90,7 +90,7 @@ class ScoredHandler(HandlerBase):
         selected = self.filler.take()
         ctx.release(self.records)
         self.records = []
-        offsets = {f"{t}/{p}": off for (t, p), off in self.service.stream.tracker.committable().items()}
+        offsets = ctx.committable()
         trainer = self.service.trainer
         try:
             stats = trainer.step(selected, offsets, self.skipped_since_step)

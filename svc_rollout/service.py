@@ -273,9 +273,9 @@ class RolloutService(Service):
                 held_by = reason
             metrics.PAUSED.set(0 if room > 0 else 1)
             self.stream.throttle(room <= 0)
-            self.stream.max_records = max(1, room)
             busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
-            self.stream.poll_ms = 0 if busy else 200  # an engine with work steps without waiting on Kafka
+            # an engine with work steps without waiting on Kafka
+            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy else 200)
             self.stream.step()
 
     def shutdown(self) -> None:
