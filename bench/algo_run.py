@@ -29,7 +29,7 @@ from m1flow.tasks import chain, recheck
 from m1flow.warmstart import WarmStartConfig
 from svc_learner.batching import Batch, to_batch
 from svc_learner.optim import EPS, make_optimizer
-from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
 
 TaskName = Literal["chain", "recheck"]
 TASK_MODULES = {"chain": chain, "recheck": recheck}
@@ -67,8 +67,8 @@ class RunConfig(BaseModel):
         600, ge=1, description="a step that finds too few trainable groups among this many sampled ends the "
                                "run: the policy collapsed so far that nearly every group's rewards are equal")
 
-    def learner(self) -> LearnerConfig:
-        return LearnerConfig(lr=self.lr, adam_eps=self.adam_eps, minibatches=self.updates, grad_clip=self.grad_clip)
+    def learner(self) -> TrainConfig:
+        return TrainConfig(lr=self.lr, adam_eps=self.adam_eps, minibatches=self.updates, grad_clip=self.grad_clip)
 
     def algorithm(self, policy_loss: str) -> AlgorithmConfig:
         """Verifier reward only (no format reward, no overlong penalty): what differs is the objective."""

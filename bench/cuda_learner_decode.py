@@ -26,7 +26,7 @@ from m1flow.rl.objectives import LossSpec  # noqa: E402
 from svc_learner.batching import Batch, pack_sequences  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.placement import keep_head_fp32  # noqa: E402
-from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
+from svc_learner.update import TrainConfig, train_on_batch  # noqa: E402
 
 
 def hybrid(width: int, layers: int, vocab: int) -> torch.nn.Module:
@@ -71,7 +71,7 @@ def learner_step(build, device: torch.device, batch: Batch, budget: int | None, 
     """Seconds per step and peak GiB (CUDA) of train_on_batch."""
     model = build().to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     keep_head_fp32(model)
-    cfg = LearnerConfig(lr=1e-5, minibatches=2, max_tokens_per_micro_batch=budget)
+    cfg = TrainConfig(lr=1e-5, minibatches=2, max_tokens_per_micro_batch=budget)
     optimizer = make_optimizer(model.parameters(), cfg.lr)
     train_on_batch(model, optimizer, batch, cfg, LossSpec("cispo"))  # warm-up (kernels, allocator)
     if device.type == "cuda":

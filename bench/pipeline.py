@@ -39,15 +39,15 @@ from m1flow.tasks.arith import parse_answer, problems  # noqa: E402
 from m1flow.warmstart import warm_started_policy  # noqa: E402
 from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
-from svc_learner.update import LearnerConfig, train_on_batch  # noqa: E402
+from svc_learner.update import TrainConfig, train_on_batch  # noqa: E402
 from svc_rollout.client import ENGINE_NAMES  # noqa: E402
 from svc_rollout.engines.base import GroupRequest  # noqa: E402
 
 SERVICES = ("learner", "reward", "rollout")
 
 
-def train_config(policy: Path) -> LearnerConfig:
-    return LearnerConfig(lr=rl_lr(policy), minibatches=2)
+def train_config(policy: Path) -> TrainConfig:
+    return TrainConfig(lr=rl_lr(policy), minibatches=2)
 
 
 def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int) -> dict:

@@ -2,7 +2,8 @@
 
 Samples whose score is an infrastructure failure (sandbox down, verifier timeout) are left out:
 their reward says nothing about the policy. Rewards are as scored (the verifier's; schema-1
-records: as the reward service shaped them), before the learner's shaping.
+records: as the reward service shaped them), before the learner's shaping. Whether a group has
+anything to learn is the learner's decision, on shaped rewards (`m1flow.rl.selection`), not a total.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from m1flow.contracts import events
-from m1flow.rl.legacy import status_of
+from m1flow.status import status_of
 
 
 @dataclass(frozen=True)
@@ -22,17 +23,14 @@ class GroupTotals:
     correct: int
     judged: int  # samples with a correct/incorrect verdict (GenRM-only samples have none)
     length_sum: int
-    dropped: int  # groups with nothing to learn as scored: under two usable samples, or all rewards equal
 
     @classmethod
     def of(cls, groups: Iterable[events.ScoredGroup]) -> GroupTotals:
-        usable = [[s for s in g.samples if not status_of(s).is_infra_failure] for g in groups]
-        samples = [s for group in usable for s in group]
+        samples = [s for g in groups for s in g.samples if not status_of(s).is_infra_failure]
         judged = [s for s in samples if s.HasField("correct")]
         return cls(samples=len(samples), reward_sum=sum(s.reward for s in samples),
                    correct=sum(s.correct for s in judged), judged=len(judged),
-                   length_sum=sum(len(s.token_ids) for s in samples),
-                   dropped=sum(_nothing_to_learn(group) for group in usable))
+                   length_sum=sum(len(s.token_ids) for s in samples))
 
     def means(self) -> dict[str, float]:
         """Mean reward, accuracy and length (empty when no sample counted)."""
@@ -42,10 +40,4 @@ class GroupTotals:
             "reward_mean": self.reward_sum / self.samples,
             "accuracy": self.correct / max(1, self.judged),
             "length_mean": self.length_sum / self.samples,
-            "groups_dropped": float(self.dropped),
         }
-
-
-def _nothing_to_learn(samples: list[events.ScoredSample]) -> bool:
-    rewards = [s.reward for s in samples]
-    return len(rewards) < 2 or max(rewards) == min(rewards)

@@ -76,7 +76,6 @@ def to_batch(selected: Sequence[Selected], pad_id: int = 0) -> Batch:
 def batch_stats(selected: Sequence[Selected]) -> dict[str, float]:
     """What a batch was made of, for metrics and the monitor: rewards as scored and as shaped, sizes."""
     stats = GroupTotals.of(sel.group for sel in selected).means()
-    stats.pop("groups_dropped", None)  # a batch holds only trainable groups; skips are counted apart
     rewards = [r for sel in selected for r in sel.rewards]
     left_out: dict[str, int] = {}
     for sel in selected:

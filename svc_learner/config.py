@@ -8,7 +8,7 @@ from pydantic import Field
 from m1flow.checkpoint import LEARNER_CHECKPOINTS
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
-from svc_learner.update import LearnerConfig
+from svc_learner.update import TrainConfig
 
 
 class LearnerServiceConfig(ServiceConfig):
@@ -28,8 +28,8 @@ class LearnerServiceConfig(ServiceConfig):
     device: str = Field("auto", description="auto (the local CUDA device where present, else cpu), cpu, cuda:N")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig,
                                        description="advantage estimator, policy loss, selection, shaping")
-    train: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=2e-4, minibatches=2),
-                                 description="optimizer, minibatch updates per batch, LM head")
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=2e-4, minibatches=2),
+                               description="optimizer, minibatch updates per batch, LM head")
 
     def checkpoint_root(self) -> Path:
         return self.checkpoint_dir or self.run_dir / LEARNER_CHECKPOINTS

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .batching import Batch
-from .update import LearnerConfig, Ranks, SequenceLogprobs
+from .update import Ranks, SequenceLogprobs, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
     return batch.select(torch.arange(rank, len(batch), world))
 
 
-def wrap_model(model: nn.Module, cfg: LearnerConfig, ranks: Ranks) -> nn.Module:
+def wrap_model(model: nn.Module, cfg: TrainConfig, ranks: Ranks) -> nn.Module:
     """The scorer the update runs on: SequenceLogprobs, with activation checkpointing if asked;
     around it DDP, or FSDP2 (each decoder layer, then the scorer, sharded) when there are several ranks."""
     if cfg.activation_checkpointing:

@@ -10,17 +10,13 @@ bench/README.md).
 """
 from __future__ import annotations
 
-# The last minibatch's mean |log ratio| of single batches, measured by bench/algorithms.py on task recheck
-# (bench/README.md, "CISPO against DAPO"; 16 groups of 8 per batch, AdamW eps 1e-15). CALIBRATED_MAX: the
-# largest batch of the runs that kept learning in the calibrated regime (lr 3e-4, 4 updates per batch;
-# DAPO 5 seeds, CISPO seeds 0 and 3). FAILED_MAX: the largest batch of the runs that fell furthest: CISPO
-# in the same regime (seed 1 at 0.25, held-out 0.49 -> 0.36; seed 4 at 0.46, pool 0.32 -> 0.13), DAPO at
-# lr 1e-3 (0.82, pool 0.32 -> 0.06). Not separated by this measure: CISPO seed 2, whose pool accuracy fell
-# 0.69 -> 0.60 at the end with no batch above 0.107.
+# The last minibatch's mean |log ratio| of single batches on task recheck, as bench/algorithms.py
+# measured it: CALIBRATED_MAX the largest batch of the runs that kept learning, FAILED_MAX of those
+# that fell furthest; each limit lies between the two. The runs behind each figure: bench/README.md,
+# "Drift limits of the learner".
 CALIBRATED_MAX: dict[str, float] = {"dapo": 0.149, "cispo": 0.105}
 FAILED_MAX: dict[str, float] = {"dapo": 0.82, "cispo": 0.25}
-# Each limit lies between the two: no warning where the loss was measured to work, a warning on the
-# batches that came with a fall. GRPO shares DAPO's trust region (the same mask, eps 0.2/0.2).
+# GRPO shares DAPO's trust region (the same mask, eps 0.2/0.2).
 DEFAULT_LIMITS: dict[str, float] = {"cispo": 0.12, "dapo": 0.2, "grpo": 0.2}
 
 

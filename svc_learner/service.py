@@ -90,7 +90,7 @@ class ScoredHandler(HandlerBase):
         selected = self.filler.take()
         ctx.release(self.records)
         self.records = []
-        offsets = {f"{t}/{p}": off for (t, p), off in self.service.stream.tracker.committable().items()}
+        offsets = ctx.committable()
         trainer = self.service.trainer
         try:
             stats = trainer.step(selected, offsets, self.skipped_since_step)
@@ -138,8 +138,7 @@ class LearnerService(Service):
         return ["m1flow.v1.LearnerService"]
 
     def start(self) -> None:
-        replay = self.config.stop_offsets is not None
-        self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(replay),
+        self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
                                   max_records=16)
         self.stream.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
         self.stream.producer.flush()

@@ -45,8 +45,9 @@ from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_m
 LAST_ABS_LOG_RATIO, LAST_NUM_TOKENS = "_last_abs_log_ratio", "_last_num_tokens"  # reduced with the sums
 
 
-class LearnerConfig(BaseModel):
-    """How a batch is trained on (optimizer, updates, LM head); what is trained on is `algorithm`."""
+class TrainConfig(BaseModel):
+    """The learner's `train:` block: how a batch is trained on (optimizer, updates, LM head); what
+    is trained on is `algorithm`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -116,7 +117,7 @@ class SequenceLogprobs(nn.Module):
         self.packs = pack and packing.can_pack(model)
 
     @classmethod
-    def configured(cls, model: nn.Module, cfg: LearnerConfig) -> SequenceLogprobs:
+    def configured(cls, model: nn.Module, cfg: TrainConfig) -> SequenceLogprobs:
         return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss,
                    pack=cfg.max_tokens_per_micro_batch is not None)
 
@@ -229,7 +230,7 @@ def run_updates(
     scorer: nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: Batch,
-    cfg: LearnerConfig,
+    cfg: TrainConfig,
     loss_spec: LossSpec,
     ranks: Ranks = Ranks(),
 ) -> dict[str, float]:
@@ -292,7 +293,7 @@ def train_on_batch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: Batch,
-    cfg: LearnerConfig,
+    cfg: TrainConfig,
     loss_spec: LossSpec = LossSpec(),
 ) -> dict[str, float]:
     """Optionally recompute old log-probs, run cfg.minibatches updates of loss_spec; return stats."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
-from m1flow.rl.legacy import status_of
+from m1flow.status import status_of
 from svc_monitor.schema import (DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow, PolicyRow,
                                 RolloutRow)
 from svc_monitor.store import ScoredGroupRows

@@ -2,16 +2,13 @@
 signals, in one reply (what `m1flow report` prints and the demo reads)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import grpc
 
 from m1flow.contracts import events, rpc, rpc_grpc
 from svc_monitor.controller import Controller
 from svc_monitor.store import Store
-
-if TYPE_CHECKING:
-    from svc_monitor.service import MonitorService
 
 DEFAULT_EVENTS = 20
 
@@ -36,9 +33,14 @@ def build_report(store: Store, controller: Controller, dashboard_url: str, max_e
 
 
 class MonitorGrpc(rpc_grpc.MonitorServiceServicer):
-    def __init__(self, service: MonitorService) -> None:
-        self.service = service
+    """Serves the report from what it is built of, not from the service (which serves this: no circle).
+
+    dashboard_url is asked per call: the dashboard starts after the gRPC server is registered."""
+
+    def __init__(self, store: Store, controller: Controller, dashboard_url: Callable[[], str]) -> None:
+        self.store = store
+        self.controller = controller
+        self.dashboard_url = dashboard_url
 
     def Report(self, request: rpc.ReportRequest, context: grpc.ServicerContext) -> rpc.MonitorReport:  # noqa: N802
-        return build_report(self.service.store, self.service.controller, self.service.dashboard_url,
-                            request.max_events)
+        return build_report(self.store, self.controller, self.dashboard_url(), request.max_events)

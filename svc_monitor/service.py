@@ -104,7 +104,8 @@ class MonitorService(Service):
         self.last_prune = 0.0
 
     def register(self, server: grpc.Server) -> list[str]:
-        rpc_grpc.add_MonitorServiceServicer_to_server(MonitorGrpc(self), server)
+        servicer = MonitorGrpc(self.store, self.controller, lambda: self.dashboard_url)
+        rpc_grpc.add_MonitorServiceServicer_to_server(servicer, server)
         return ["m1flow.v1.MonitorService"]
 
     def state(self) -> dict:

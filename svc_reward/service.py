@@ -149,7 +149,7 @@ class RewardService(Service):
 
     def start(self) -> None:
         control = None
-        if self.config.stop_offsets is None:  # a replay re-scores with the settings it starts with
+        if not self.config.replaying:  # a replay re-scores with the settings it starts with
             cfg = self.config
             watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch")
             control = ControlFollower(watcher, self.registry, cfg.replica)

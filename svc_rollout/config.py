@@ -40,3 +40,8 @@ class RolloutConfig(ServiceConfig):
     def _known_engine(cls, value: str) -> str:
         ENGINES.get(value)  # an unknown name raises, naming the known ones
         return value
+
+    @property
+    def replaying(self) -> bool:
+        """A pinned policy is a replay's too: the learner does not move it (see ServiceConfig.replaying)."""
+        return super().replaying or bool(self.pinned_policy)

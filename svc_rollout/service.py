@@ -94,8 +94,7 @@ class RolloutService(Service):
     def start(self) -> None:
         cfg = self.config
         self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch")
-        replaying = cfg.stop_offsets is not None or bool(cfg.output_suffix) or bool(cfg.pinned_policy)
-        backlog = None if replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
+        backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
             self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
@@ -274,9 +273,9 @@ class RolloutService(Service):
                 held_by = reason
             metrics.PAUSED.set(0 if room > 0 else 1)
             self.stream.throttle(room <= 0)
-            self.stream.max_records = max(1, room)
             busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
-            self.stream.poll_ms = 0 if busy else 200  # an engine with work steps without waiting on Kafka
+            # an engine with work steps without waiting on Kafka
+            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy else 200)
             self.stream.step()
 
     def shutdown(self) -> None:

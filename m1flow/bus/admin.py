@@ -8,7 +8,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
-from m1flow.bus.topics import ALL_TOPICS, TopicLayout, TopicSpec
+from m1flow.bus.topics import ALL_TOPICS, TopicLayout, TopicSpec, suffixed
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suf
     layout = layout or TopicLayout()
     specs = tuple(layout.apply(s) for s in specs)
     if suffix:
-        specs = specs + tuple(s.renamed(f"{s.name}.{suffix}") for s in specs)
+        specs = specs + tuple(s.renamed(suffixed(s.name, suffix)) for s in specs)
     admin = admin_client(bootstrap)
     try:
         existing = set(admin.list_topics())

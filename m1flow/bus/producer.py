@@ -6,7 +6,7 @@ from kafka.producer.future import FutureRecordMetadata
 from google.protobuf.message import Message
 
 from m1flow.bus import codec
-from m1flow.bus.topics import TopicSpec
+from m1flow.bus.topics import TopicSpec, suffixed
 
 
 def _key(key: str | bytes | None) -> bytes | None:
@@ -37,9 +37,7 @@ class Producer:
 
     def send_bytes(self, topic: TopicSpec | str, key: str | bytes | None, value: bytes,
                    partition: int | None = None) -> FutureRecordMetadata:
-        name = topic if isinstance(topic, str) else topic.name
-        if self.suffix:
-            name = f"{name}.{self.suffix}"
+        name = suffixed(topic if isinstance(topic, str) else topic.name, self.suffix)
         future = self._producer.send(name, key=_key(key), value=value, partition=partition)
         self._pending.append(future)
         return future

@@ -62,13 +62,23 @@ class TopicLayout(BaseModel):
 
     def apply(self, spec: TopicSpec) -> TopicSpec:
         """The spec with this layout's partition count ('scored.replay' follows 'scored')."""
-        count = self.partitions.get(spec.name.split(".", 1)[0])
+        count = self.partitions.get(live_topic(spec.name))
         return spec if count is None else replace(spec, partitions=count)
+
+
+def live_topic(name: str) -> str:
+    """The live topic a replay's copy belongs to ('scored.replay' -> 'scored'); a live name is its own."""
+    return name.split(".", 1)[0]
+
+
+def suffixed(name: str, suffix: str) -> str:
+    """Where a service with output_suffix writes `name`: its '<topic>.<suffix>' copy (no suffix: itself)."""
+    return f"{name}.{suffix}" if suffix else name
 
 
 def spec(name: str) -> TopicSpec:
     """Look a topic up by name ('scored.replay' is a copy of 'scored'), with a clear error for a typo."""
     try:
-        return BY_NAME[name.split(".", 1)[0]]
+        return BY_NAME[live_topic(name)]
     except KeyError:
         raise KeyError(f"unknown topic {name!r}; known: {', '.join(BY_NAME)}") from None

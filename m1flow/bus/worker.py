@@ -64,7 +64,7 @@ class Context:
         """The outputs of these records have been emitted: they may be committed after the next flush."""
         for rec in records:
             self._held.discard(_key(rec))
-            self._worker.tracker.done(rec.topic, rec.partition, rec.offset)
+            self._worker._tracker.done(rec.topic, rec.partition, rec.offset)
 
     def metric(self, name: str, value: float, step: int = 0, **labels: str) -> None:
         msg = events.Metric(header=codec.header(self.service), service=self.service, name=name,
@@ -77,6 +77,10 @@ class Context:
     def lag(self) -> int:
         """Records between this consumer's position and the end of its input (see StreamWorker.lag)."""
         return self._worker.lag()
+
+    def committable(self) -> dict[str, int]:
+        """The offsets a commit would store now (see StreamWorker.committable)."""
+        return self._worker.committable()
 
 
 class Handler(Protocol):
@@ -126,13 +130,13 @@ class StreamWorker:
         self.group_id = group_id
         self.handler = handler
         self.service = service
-        self.poll_ms = poll_ms
-        self.max_records = max_records
+        self._poll_ms = poll_ms
+        self._max_records = max_records
         # records taken per poll: enough that the partitions' backlogs fill and can be served in turn
         self.poll_records = max(max_records, 64)
         self.client_id = client_id or service
         self.producer = producer or Producer(bootstrap, self.client_id, suffix=output_suffix)
-        self.tracker = OffsetTracker()
+        self._tracker = OffsetTracker()
         self.seen = SeenIds()
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
         self.static_member = static_member and start_offsets is None
@@ -202,8 +206,25 @@ class StreamWorker:
         self.flush_and_commit()
         self.liveness.handled(count)
         self.liveness.owns(self.consumer.assignment())
-        self.liveness.stepped(self.tracker.read_positions())
+        self.liveness.stepped(self._tracker.read_positions())
         return count
+
+    def set_pace(self, max_records: int | None = None, poll_ms: int | None = None) -> None:
+        """How many records a step handles at most, and how long its poll waits when no partition
+        has a backlog (0: a handler with work of its own steps without waiting on Kafka)."""
+        if max_records is not None:
+            if max_records < 1:
+                raise ValueError(f"max_records must be at least 1, got {max_records}")
+            self._max_records = max_records
+        if poll_ms is not None:
+            if poll_ms < 0:
+                raise ValueError(f"poll_ms must be at least 0, got {poll_ms}")
+            self._poll_ms = poll_ms
+
+    def committable(self) -> dict[str, int]:
+        """The offsets a commit would store now, "topic/partition" -> offset (the form start_offsets
+        takes): below every record still held, so a checkpoint that keeps them resumes exactly."""
+        return {f"{topic}/{partition}": off for (topic, partition), off in self._tracker.committable().items()}
 
     def throttle(self, paused: bool) -> None:
         """Stop taking new records (backpressure, a pause command) without leaving the group."""
@@ -224,10 +245,10 @@ class StreamWorker:
         hold = assigned if self._throttled else (busy | self._at_stop) & assigned
         self.consumer.pause(hold)
         self.consumer.resume((assigned - hold) & self.consumer.paused())
-        batches = self.consumer.poll(timeout_ms=0 if busy else self.poll_ms, max_records=self.poll_records)
+        batches = self.consumer.poll(timeout_ms=0 if busy else self._poll_ms, max_records=self.poll_records)
         self._apply_rebalance()
         if not batches and not assigned:
-            time.sleep(self.poll_ms / 1000)  # poll returns at once without partitions: don't spin
+            time.sleep(self._poll_ms / 1000)  # poll returns at once without partitions: don't spin
         owned = self.consumer.assignment()
         for tp, raw_records in batches.items():
             if tp not in owned:  # revoked during this very poll
@@ -244,7 +265,7 @@ class StreamWorker:
         """Up to max_records records, one partition after the other; a partition served goes to the
         back of the line, so the turn carries over from one step to the next."""
         count = 0
-        while count < self.max_records and not self._throttled:
+        while count < self._max_records and not self._throttled:
             tp = next((tp for tp, q in self._backlog.items() if q), None)
             if tp is None:
                 break
@@ -290,7 +311,7 @@ class StreamWorker:
     @property
     def finished(self) -> bool:
         """Replay mode: every partition reached its stop offset and all outputs are committed."""
-        if self.stop_offsets is None or self.tracker.in_flight() or any(self._backlog.values()):
+        if self.stop_offsets is None or self._tracker.in_flight() or any(self._backlog.values()):
             return False
         for key, end in self.stop_offsets.items():
             topic, part = key.rsplit("/", 1)
@@ -299,7 +320,7 @@ class StreamWorker:
         return True
 
     def _process(self, record: Record) -> None:
-        self.tracker.track(record.topic, record.partition, record.offset)
+        self._tracker.track(record.topic, record.partition, record.offset)
         try:
             message = codec.decode(record.value, spec(record.topic).value_type)
         except codec.CodecError as exc:
@@ -309,7 +330,7 @@ class StreamWorker:
         seen_key = f"{record.topic}:{message_id}" if message_id else ""
         if self.seen.seen(seen_key):
             self.stats["duplicates"] += 1
-            self.tracker.done(record.topic, record.partition, record.offset)
+            self._tracker.done(record.topic, record.partition, record.offset)
             return
         try:
             self.handler.handle(message, record, self.ctx)
@@ -321,7 +342,7 @@ class StreamWorker:
             self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
             return
         if not self.ctx.holds(record):
-            self.tracker.done(record.topic, record.partition, record.offset)
+            self._tracker.done(record.topic, record.partition, record.offset)
 
     def dead_letter(self, record: Record, error: str) -> None:
         # one letter per record and consumer group: a redelivery after a crash dedupes, and the
@@ -334,13 +355,13 @@ class StreamWorker:
             consumer_group=self.group_id)
         self.producer.send(DLQ, record.topic, letter)
         self.stats["dead_lettered"] += 1
-        self.tracker.done(record.topic, record.partition, record.offset)
+        self._tracker.done(record.topic, record.partition, record.offset)
         log.warning("dead-lettered %s: %s", record.position, error.splitlines()[0])
 
     def flush_and_commit(self) -> None:
         """Acknowledge all outputs, then commit what the tracker allows."""
         self.producer.flush()
-        offsets = {tp: off for tp, off in self.tracker.committable().items() if self._last_committed.get(tp) != off}
+        offsets = {tp: off for tp, off in self._tracker.committable().items() if self._last_committed.get(tp) != off}
         if not offsets:
             return
         try:
@@ -357,7 +378,7 @@ class StreamWorker:
         offsets left uncommitted are re-read by the next owner (at-least-once; consumers dedupe).
         """
         self.handler.on_revoked(partitions)
-        self.tracker.forget(partitions)
+        self._tracker.forget(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
             self._backlog.pop(tp, None)

@@ -10,13 +10,14 @@ nothing and is skipped before any tensor is built.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from m1flow.contracts import events
 from m1flow.rl.advantages import advantages
-from m1flow.rl.legacy import rewards_are_shaped, status_of
+from m1flow.rl.legacy import rewards_are_shaped
 from m1flow.rl.shaping import ShapingConfig, shaped_reward
-from m1flow.status import Status
+from m1flow.status import Status, status_of
 
 EQUAL_TOL = 1e-9
 
@@ -93,6 +94,15 @@ def unusable_reason(sample: events.ScoredSample, current_version: int, max_stale
     return None
 
 
+def nothing_to_learn(rewards: Sequence[float]) -> bool:
+    """The one test of "a group with nothing to learn", on the group's shaped, usable rewards.
+
+    Under two samples there is no baseline; equal rewards (within EQUAL_TOL, as shaping adds floats)
+    give every sample a zero advantage (DAPO's dynamic sampling drops such groups).
+    """
+    return len(rewards) < 2 or max(rewards) - min(rewards) <= EQUAL_TOL
+
+
 def select_group(group: events.ScoredGroup, current_version: int, *, estimator: str = "grpo",
                  max_staleness: int = 2, dynamic_sampling: bool = True,
                  shaping: ShapingConfig = ShapingConfig()) -> Selected | Skipped:
@@ -112,6 +122,6 @@ def select_group(group: events.ScoredGroup, current_version: int, *, estimator: 
         rewards = [s.reward for s in samples]
     else:
         rewards = [shaped_reward(s, status_of(s), shaping) for s in samples]
-    if dynamic_sampling and max(rewards) - min(rewards) <= EQUAL_TOL:
+    if dynamic_sampling and nothing_to_learn(rewards):
         return Skipped(group, ALL_EQUAL, counts)
     return Selected(group, tuple(kept), tuple(rewards), tuple(advantages(estimator, rewards)), counts)

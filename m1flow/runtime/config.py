@@ -54,6 +54,14 @@ class ServiceConfig(BaseModel):
     topics: TopicLayout = Field(default_factory=TopicLayout,
                                 description="partitions per topic and replication factor of the topics it creates")
 
+    @property
+    def replaying(self) -> bool:
+        """The one answer to "are we replaying": re-feeding a range (`m1flow replay` sets stop_offsets)
+        or writing to '<topic>.<suffix>' copies, and so not a part of the live loop: the reward service
+        keeps the settings it starts with, the learner starts at its group's offsets, the rollout
+        service does not pace itself by the live consumers' lag."""
+        return self.stop_offsets is not None or bool(self.output_suffix)
+
     @field_validator("replica", mode="before")
     @classmethod
     def _replica(cls, value: Any) -> Any:

@@ -6,7 +6,7 @@ import pytest
 from m1flow.bus import codec
 from m1flow.bus.dedupe import SeenIds
 from m1flow.bus.offsets import OffsetTracker
-from m1flow.bus.topics import spec
+from m1flow.bus.topics import live_topic, spec, suffixed
 from m1flow.contracts import events
 from m1flow.runtime.config import ServiceConfig
 from m1flow.ops.topics_io import parse_position
@@ -106,10 +106,22 @@ def test_config_sources_override_in_order(tmp_path):
     assert (cfg.run_id, cfg.grpc_port, cfg.replica) == ("from-file", 7, 3)
 
 
+def test_a_service_replays_with_a_range_or_redirected_outputs_and_a_rollout_also_with_a_pinned_policy():
+    from svc_rollout.config import RolloutConfig
+
+    assert not ServiceConfig().replaying and not RolloutConfig().replaying
+    assert ServiceConfig(stop_offsets={"scored/0": 5}).replaying
+    assert ServiceConfig(stop_offsets={}, output_suffix="").replaying  # `m1flow replay --output-suffix ''`
+    assert ServiceConfig(output_suffix="r1").replaying
+    assert RolloutConfig(pinned_policy="file:///run/checkpoints/v3").replaying
+
+
 def test_positions_and_suffixed_topics():
     assert parse_position("12") == ("offset", 12)
     assert parse_position("ms:1000") == ("time", 1000)
     assert parse_position("1970-01-01T00:00:01+00:00") == ("time", 1000)
     assert spec("scored.replay-1").value_type is events.ScoredGroup
+    assert (live_topic("scored.replay-1"), live_topic("scored")) == ("scored", "scored")
+    assert (suffixed("scored", "r1"), suffixed("scored", "")) == ("scored.r1", "scored")
     with pytest.raises(KeyError, match="unknown topic"):
         spec("nope")

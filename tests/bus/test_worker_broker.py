@@ -57,9 +57,11 @@ def test_commit_waits_for_held_records_and_dedupes(bootstrap, client):
         worker.step()
         start = committed(bootstrap, f"test-holder-{client}")
         assert start == base + 1  # stuck below the held record at offset 1
+        assert worker.committable() == worker.ctx.committable() == {f"{topic.name}/0": 1}
         worker.ctx.release(handler.held)
         worker.step()
         assert committed(bootstrap, f"test-holder-{client}") == base + 4
+        assert worker.committable() == {f"{topic.name}/0": 4}
     finally:
         worker.close()
 
@@ -114,6 +116,36 @@ def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap, c
             runs.append(current)
         # before: one partition drained before the next was touched, e.g. [0] * 30 + [2] * 10
         assert set(first) == {0, 1, 2, 3} and max(runs) <= 5, first
+    finally:
+        worker.close()
+
+
+def test_set_pace_bounds_the_records_a_step_handles(bootstrap, client):
+    topic = fresh_topic(bootstrap, f"control.pace-{client}", partitions=1)
+    producer = Producer(bootstrap, "t-pace")
+    for i in range(6):
+        producer.send(topic, "k", events.Control(header=codec.header("t"), reason=f"r{i}"))
+    producer.flush()
+    handler = Holder()
+    handler.topics = (topic,)
+    worker = StreamWorker(bootstrap, f"test-pace-{client}", handler, "test", client=client)
+    try:
+        with pytest.raises(ValueError, match="max_records"):
+            worker.set_pace(max_records=0)
+        with pytest.raises(ValueError, match="poll_ms"):
+            worker.set_pace(poll_ms=-1)
+        worker.set_pace(max_records=2, poll_ms=50)
+        counts, deadline = [], time.monotonic() + 30
+        while sum(counts) < 6 and time.monotonic() < deadline:
+            counts.append(worker.step())
+        assert sum(counts) == 6 and max(counts) == 2, counts
+        worker.set_pace(max_records=256)  # poll_ms stays 50
+        producer.send(topic, "k", events.Control(header=codec.header("t"), reason="late"))
+        producer.flush()
+        deadline = time.monotonic() + 30
+        while handler.seen[-1] != "late" and time.monotonic() < deadline:
+            worker.step()
+        assert handler.seen[-1] == "late" and worker.committable() == {f"{topic.name}/0": 7}
     finally:
         worker.close()
 

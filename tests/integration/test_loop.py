@@ -16,7 +16,7 @@ from m1flow.status import Status
 from m1flow.ops.topics_io import read_range
 from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
-from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
 
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
 
@@ -81,7 +81,7 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
             return (scorer(batch.input_ids, batch.response_mask)[0] * batch.response_mask).sum(1)
 
     before = seq_logp()
-    cfg = LearnerConfig(lr=1e-4, minibatches=1)
+    cfg = TrainConfig(lr=1e-4, minibatches=1)
     train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
     delta = seq_logp() - before
     # completions share prefixes (the chat template's reasoning opener, the first digits), so one

@@ -11,10 +11,10 @@ from learner_fixtures import ARCHS, make_batch, tiny_model
 from m1flow.rl.objectives import LossSpec
 from svc_learner.distributed import shard_batch, wrap_model
 from svc_learner.optim import make_optimizer
-from svc_learner.update import LearnerConfig, run_updates, train_on_batch
+from svc_learner.update import TrainConfig, run_updates, train_on_batch
 
 WORLD = 2
-CFG = LearnerConfig(lr=1e-3, minibatches=2)
+CFG = TrainConfig(lr=1e-3, minibatches=2)
 LOSS = LossSpec("cispo", norm="sample_token")
 
 
@@ -25,7 +25,7 @@ def _setup(arch: str = "qwen2"):
     return model, batch
 
 
-def _worker(rank: int, init_file: str, out_dir: str, arch: str, cfg: LearnerConfig) -> None:
+def _worker(rank: int, init_file: str, out_dir: str, arch: str, cfg: TrainConfig) -> None:
     os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank))
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     from svc_learner.distributed import ProcessGroupRanks

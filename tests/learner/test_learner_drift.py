@@ -18,7 +18,7 @@ from svc_learner.config import LearnerServiceConfig
 from svc_learner.drift import CALIBRATED_MAX, DEFAULT_LIMITS, FAILED_MAX, drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.trainer import Trainer
-from svc_learner.update import (LearnerConfig, Ranks, SequenceLogprobs, minibatch_indices, train_on_batch,
+from svc_learner.update import (Ranks, SequenceLogprobs, TrainConfig, minibatch_indices, train_on_batch,
                                  trainable_mask)
 
 
@@ -34,11 +34,11 @@ def test_drift_is_the_last_minibatch_against_the_behaviour_policy_after_the_othe
     model = tiny_model(arch)
     batch = make_batch(model, n=8)
     twin = copy.deepcopy(model)
-    cfg = LearnerConfig(lr=3e-2, minibatches=2)
+    cfg = TrainConfig(lr=3e-2, minibatches=2)
     stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
     # the same first update by hand, then measure the second minibatch
     first, second = minibatch_indices(len(batch), 2, Ranks())
-    one = LearnerConfig(lr=3e-2, minibatches=1)
+    one = TrainConfig(lr=3e-2, minibatches=1)
     train_on_batch(twin, make_optimizer(twin.parameters(), one.lr), batch.select(first), one)
     expected = _mean_abs_log_ratio(twin, batch.select(second))
     assert expected > 0.01  # the first update moved the policy
@@ -52,7 +52,7 @@ def test_a_stale_behaviour_policy_is_drift_from_the_first_minibatch(arch):
     model = tiny_model(arch)
     batch = make_batch(model, n=4)
     batch.rollout_logp = batch.rollout_logp - 0.3 * batch.response_mask
-    cfg = LearnerConfig(lr=1e-9, minibatches=1)
+    cfg = TrainConfig(lr=1e-9, minibatches=1)
     stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
     assert stats["drift_abs_log_ratio_last"] == pytest.approx(0.3, rel=1e-4)
 
@@ -105,7 +105,7 @@ def test_the_learner_warns_on_metrics_when_a_batch_drifts_past_its_loss_limit(tm
     policy = warm_started_policy(tmp_path / "p0", WarmStartConfig(steps=1, batch_size=2))
     algorithm = AlgorithmConfig(policy_loss=loss, shaping=ShapingConfig(format_reward=0.0, overlong_penalty=False))
     cfg = LearnerServiceConfig(init_checkpoint=policy, checkpoint_dir=tmp_path / "ckpt", run_dir=tmp_path,
-                               algorithm=algorithm, train=LearnerConfig(lr=1e-7, minibatches=2))
+                               algorithm=algorithm, train=TrainConfig(lr=1e-7, minibatches=2))
     trainer = Trainer(cfg)
     selected = [algorithm.select(g, current_version=0) for g in _groups(trainer, shift)]
     with caplog.at_level(logging.WARNING, logger="svc_learner.trainer"):

@@ -13,7 +13,7 @@ from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM, sample
 from svc_learner.optim import make_optimizer
 from svc_learner.precision import prob_correlation
 from svc_learner.batching import Batch, pack_sequences
-from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
 
 PROMPT = [1, 2, 3]
 
@@ -45,6 +45,6 @@ def test_fp32_head_matches_the_inference_engine_and_bf16_does_not():
     batch = Batch(ids, mask, infer_logp, torch.randn(n), torch.zeros(n, dtype=torch.long),
                   torch.arange(n) // 4)
     for head in ("fp32", "bf16"):
-        cfg = LearnerConfig(head_dtype=head, minibatches=1, lr=1e-6)
+        cfg = TrainConfig(head_dtype=head, minibatches=1, lr=1e-6)
         stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg)
         assert abs(stats["train_infer_corr"] - corr[head]) < 1e-3, (head, stats, corr)

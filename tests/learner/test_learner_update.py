@@ -9,7 +9,7 @@ from m1flow import lm
 from m1flow.rl.objectives import LossSpec
 from svc_learner.batching import pack_sequences
 from svc_learner.optim import make_optimizer
-from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
 
 
 def _sequence_logp(model, batch):
@@ -57,7 +57,7 @@ def test_step_raises_positive_and_lowers_negative_samples(algo, arch):
     adv = torch.tensor([1.0, -1.0] * 4)
     batch = make_batch(model, n=8, advantages=adv)
     before = _sequence_logp(model, batch)
-    cfg = LearnerConfig(lr=3e-3, minibatches=2)
+    cfg = TrainConfig(lr=3e-3, minibatches=2)
     stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec(algo))
     change = _sequence_logp(model, batch) - before
     assert stats["updates"] == 2 and stats["num_tokens"] == batch.response_mask[:, 1:].sum()
@@ -72,17 +72,17 @@ def test_recompute_replaces_rollout_logprobs(arch):
     batch.rollout_logp = batch.rollout_logp - 0.5 * batch.response_mask  # engine disagrees by 0.5 nat
     for source, ratio in (("rollout", torch.exp(torch.tensor(0.5)).item()), ("recompute", 1.0)):
         m = copy.deepcopy(model)
-        cfg = LearnerConfig(minibatches=1, old_logp_source=source, lr=1e-3)
+        cfg = TrainConfig(minibatches=1, old_logp_source=source, lr=1e-3)
         stats = train_on_batch(m, make_optimizer(m.parameters(), cfg.lr), batch, cfg)
         assert stats["ratio_mean"] == pytest.approx(ratio, rel=1e-5)
 
 
 def test_config_is_typed():
-    assert LearnerConfig().minibatches == 4
+    assert TrainConfig().minibatches == 4
     with pytest.raises(ValidationError):
-        LearnerConfig(algo="cispo")  # the algorithm is chosen in `algorithm`, not here
+        TrainConfig(algo="cispo")  # the algorithm is chosen in `algorithm`, not here
     with pytest.raises(ValidationError):
-        LearnerConfig(minibatch=4)  # typo of a knob is an error, not ignored
+        TrainConfig(minibatch=4)  # typo of a knob is an error, not ignored
 
 
 def test_pack_sequences_aligns_logprobs_with_their_tokens():
@@ -109,7 +109,7 @@ def test_fused_head_loss_takes_the_same_steps_as_logprobs_then_loss(algo, arch):
     runs = []
     for fused in (True, False):
         model = copy.deepcopy(base)
-        cfg = LearnerConfig(lr=3e-3, minibatches=4, fused_loss=fused)
+        cfg = TrainConfig(lr=3e-3, minibatches=4, fused_loss=fused)
         stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec(algo))
         runs.append((model, stats))
     (fused_model, fused_stats), (plain_model, plain_stats) = runs

@@ -13,7 +13,7 @@ from m1flow.rl.objectives import LossSpec
 from svc_learner import packing
 from svc_learner.batching import Batch, pack_sequences
 from svc_learner.optim import make_optimizer
-from svc_learner.update import LearnerConfig, SequenceLogprobs, train_on_batch
+from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
 
 
 def ragged_batch(n: int = 7, seed: int = 0) -> Batch:
@@ -50,7 +50,7 @@ def test_packed_micro_batches_give_the_padded_loss_and_gradients(arch):
     runs = {}
     for budget in (None, 24):
         model = copy.deepcopy(base)
-        cfg = LearnerConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget)
+        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget)
         stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec("cispo"))
         runs[budget] = (model, stats)
     (padded, padded_stats), (packed, packed_stats) = runs[None], runs[24]

@@ -16,8 +16,8 @@ def _group(gid: str, flat: bool = False) -> events.ScoredGroup:
 
 def test_infra_failures_are_left_out_and_unjudged_samples_do_not_count_for_accuracy():
     totals = GroupTotals.of([_group("a"), _group("b", flat=True)])
-    assert totals == GroupTotals(samples=6, reward_sum=4.5, correct=3, judged=4, length_sum=12, dropped=1)
-    assert totals.means() == {"reward_mean": 0.75, "accuracy": 0.75, "length_mean": 2.0, "groups_dropped": 1.0}
+    assert totals == GroupTotals(samples=6, reward_sum=4.5, correct=3, judged=4, length_sum=12)
+    assert totals.means() == {"reward_mean": 0.75, "accuracy": 0.75, "length_mean": 2.0}
     assert GroupTotals.of([]).means() == {}
 
 
@@ -25,7 +25,7 @@ def test_schema_1_string_statuses_count_the_same():
     old = events.ScoredGroup(header=events.Header(schema_version=1), group_id="old")
     old.samples.add(token_ids=[1], reward=1.5, correct=True, legacy_status="ok")
     old.samples.add(token_ids=[1, 2], reward=0.0, legacy_status="timeout")
-    assert GroupTotals.of([old]) == GroupTotals(samples=1, reward_sum=1.5, correct=1, judged=1, length_sum=1, dropped=1)
+    assert GroupTotals.of([old]) == GroupTotals(samples=1, reward_sum=1.5, correct=1, judged=1, length_sum=1)
 
 
 def test_learner_metrics_and_monitor_rows_agree():

@@ -12,9 +12,9 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.rl.filling import fill_batches
-from m1flow.rl.legacy import rewards_are_shaped, status_of, upgrade
+from m1flow.rl.legacy import rewards_are_shaped, upgrade
 from m1flow.rl.selection import ALL_EQUAL, TOO_FEW_USABLE, Selected, check_group
-from m1flow.status import Status
+from m1flow.status import Status, status_of
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scored_v1.jsonl"
 # What the schema-1 reward service said (printed when the fixture was written).

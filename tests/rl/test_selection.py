@@ -4,7 +4,7 @@ from scored import group
 
 from m1flow.contracts import events
 from m1flow.rl.config import AlgorithmConfig
-from m1flow.rl.selection import ALL_EQUAL, TOO_FEW_USABLE, Selected, Skipped, check_group
+from m1flow.rl.selection import ALL_EQUAL, EQUAL_TOL, TOO_FEW_USABLE, Selected, Skipped, check_group, nothing_to_learn
 from m1flow.rl.shaping import ShapingConfig, overlong_penalty
 from m1flow.status import Status
 
@@ -56,6 +56,13 @@ def test_dynamic_sampling_skips_groups_with_equal_shaped_rewards():
     # equal verifier rewards that shaping tells apart are not degenerate
     apart = group("a", [1.0, 1.0], lengths=[2, 8])
     assert isinstance(AlgorithmConfig().select(apart, 0), Selected)
+
+
+def test_nothing_to_learn_is_under_two_rewards_or_all_equal_within_the_tolerance():
+    assert nothing_to_learn([]) and nothing_to_learn([0.5])
+    assert nothing_to_learn([1.1, 1.1 + EQUAL_TOL / 2, 1.1])  # float noise from shaping is not a signal
+    assert not nothing_to_learn([1.0, 1.0 + 10 * EQUAL_TOL])
+    assert not nothing_to_learn([0.0, 1.0])
 
 
 def test_the_configured_estimator_is_used():
