@@ -11,14 +11,15 @@ and not in accuracy (see m1flow.group_totals).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
 
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 
 UNKNOWN = "?"
 OTHER = "other"
+T = TypeVar("T")
 MAX_LABELS = 64  # distinct sources (and kinds) a process labels by name; the rest are "other"
 
 
@@ -66,11 +67,11 @@ class SourceKindLabels:
         return self.sources(source_of(group)), self.kinds(kind_of(group))
 
 
-def split_by_source(groups: Iterable[events.ScoredGroup], labels: SourceKindLabels) -> dict[tuple[str, str], list[Any]]:
-    """Groups per (source, kind) label pair, in the order they came."""
-    out: dict[tuple[str, str], list[Any]] = {}
-    for group in groups:
-        out.setdefault(labels(group), []).append(group)
+def split_by_source(items: Iterable[T], labels: Callable[[T], tuple[str, str]]) -> dict[tuple[str, str], list[T]]:
+    """Items (groups, or what wraps them) per (source, kind) label pair, in the order they came."""
+    out: dict[tuple[str, str], list[T]] = {}
+    for item in items:
+        out.setdefault(labels(item), []).append(item)
     return out
 
 
