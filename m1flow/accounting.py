@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from m1flow.contracts import events
-from m1flow.group_totals import GroupTotals
 
 UNKNOWN = "?"
 OTHER = "other"
@@ -74,7 +73,3 @@ def split_by_source(items: Iterable[T], labels: Callable[[T], tuple[str, str]]) 
         out.setdefault(labels(item), []).append(item)
     return out
 
-
-def totals_by_source(groups: Iterable[events.ScoredGroup], labels: SourceKindLabels) -> dict[tuple[str, str], GroupTotals]:
-    """GroupTotals (reward, verdicts, lengths of the usable samples) per (source, kind)."""
-    return {key: GroupTotals.of(part) for key, part in split_by_source(groups, labels).items()}

@@ -1,4 +1,4 @@
-"""Monitor.Report: the version table, the per-source table, the alert log, the decisions, the window stage and the newest
+"""Monitor.Report: the version table, the alert log, the decisions, the window stage and the newest
 signals, in one reply (what `m1flow report` prints and the demo reads)."""
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ class RolloutService(Service):
         """A group request for a text or a conversation; ValueError names the field when the input
         cannot be sampled."""
         if not prompt:
-            raise ValueError("prompt text: must not be empty")
+            raise ValueError("prompt: text (or messages) must not be empty")
         if not 1 <= n <= 4096:
             raise ValueError(f"group_size: {n} is not in [1, 4096]")
         if window < 1:
