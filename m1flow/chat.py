@@ -7,6 +7,7 @@ special), so they survive decoding and a verifier can tell the reasoning from th
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -36,13 +37,34 @@ def after_reasoning(response: str) -> str:
     return response if cut < 0 else response[cut + len(THINK_END):]
 
 
-def prompt_ids(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of a user turn followed by the generation prompt, in the tokenizer's own chat
-    template (any HF model's); plain text after the bos token when it has no template."""
+Message = Mapping[str, str]  # {"role": ..., "content": ...}, as HF chat templates take it
+PromptInput = str | Sequence[Message]
+
+
+def conversation(messages: Iterable[Any]) -> list[dict[str, str]]:
+    """A dataset's chat prompt (`events.ChatMessage`s or role/content mappings) as template input.
+
+    Raises ValueError naming the turn when a role is missing or no turn has content."""
+    turns = []
+    for i, m in enumerate(messages):
+        role, content = (m["role"], m["content"]) if isinstance(m, Mapping) else (m.role, m.content)
+        if not role:
+            raise ValueError(f"messages[{i}].role: must not be empty")
+        turns.append({"role": role, "content": content})
+    if not any(t["content"] for t in turns):
+        raise ValueError("messages: no turn has content")
+    return turns
+
+
+def prompt_ids(tokenizer: Any, prompt: PromptInput) -> list[int]:
+    """Token ids of a prompt followed by the generation prompt, in the tokenizer's own chat template
+    (any HF model's). A text is one user turn; a conversation (system, user, ...) is rendered whole.
+    Without a template: the turns' contents, a blank line apart, after the bos token."""
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else conversation(prompt)
     if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
         return list(tokenizer.encode(rendered, add_special_tokens=False))
+    text = "\n\n".join(t["content"] for t in turns if t["content"])
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     bos = getattr(tokenizer, "bos_token_id", None)
     return [bos, *ids] if bos is not None else ids

@@ -16,6 +16,7 @@ import grpc
 import torch
 from prometheus_client import Counter as PromCounter
 
+from m1flow.accounting import SourceKindLabels
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
@@ -26,6 +27,7 @@ from m1flow.rl.selection import Skipped
 from m1flow.runtime.service import Service
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, init_distributed, leave
+from svc_learner.source_stats import source_metrics
 from svc_learner.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ class ScoredHandler(HandlerBase):
         self.records: list[Record] = []
         self.skipped: Counter[str] = Counter()
         self.skipped_since_step: list[Skipped] = []
+        self.source_labels = SourceKindLabels()
         self.last_input = time.monotonic()
         self.next_lag_check = 0.0
 
@@ -96,11 +99,14 @@ class ScoredHandler(HandlerBase):
             stats = trainer.step(selected, offsets, self.skipped_since_step)
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
+        per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
         version = trainer.state.version
         ctx.emit(POLICY, POLICY_KEY, trainer.announcement(self.service.config.run_id))
         for name, value in stats.items():
             ctx.metric(f"learner/{name}", value, step=version)
+        for m in per_source:
+            ctx.metric(m.name, m.value, step=version, **m.labels)
         log.info("step %s: %s", version, {k: round(v, 4) for k, v in stats.items()})
 
 

@@ -29,7 +29,13 @@ def build_report(store: Store, controller: Controller, dashboard_url: str, max_e
     return rpc.MonitorReport(rows=[rpc.VersionRow(**row) for row in store.by_version()], alert_log=alerts,
                              decisions=decisions, window=controller.window.state.window,
                              stage=controller.window.stage, dashboard_url=dashboard_url,
-                             signals=store.latest_signals())
+                             signals=store.latest_signals(),
+                             source_rows=[rpc.SourceRow(**_unset_none(row)) for row in store.by_source()])
+
+
+def _unset_none(row: dict) -> dict:
+    """A store row as SourceRow fields: None (no verdict, no time span) leaves the optional field unset."""
+    return {k: v for k, v in row.items() if v is not None}
 
 
 class MonitorGrpc(rpc_grpc.MonitorServiceServicer):

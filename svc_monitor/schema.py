@@ -30,6 +30,8 @@ class GroupRow(Base):
     dropped: Mapped[int] = mapped_column(Integer, default=0)  # schema 1; drops are the learner's metrics now
     kind: Mapped[str] = mapped_column(String, default="")  # verifier kind (groups scored before it: task type)
     ts_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    source: Mapped[str] = mapped_column(String, default="")  # m1flow.accounting.source_of (revision 0003)
+    domain: Mapped[str] = mapped_column(String, default="")
 
 
 class MetricRow(Base):

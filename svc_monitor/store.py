@@ -250,6 +250,32 @@ class Store:
         return [{"policy_version": v, "kind": k or "?", "mean_reward": r / max(s, 1),
                  "accuracy": (c / j) if j else None} for v, k, s, r, c, j in rows]
 
+    def by_source(self, kinds: bool = True) -> list[dict[str, Any]]:
+        """Reward, accuracy, length and throughput per policy version and source (and verifier kind).
+
+        accuracy counts verdicts only (correct among the samples judged; None when none was): a
+        partial-credit reward of 0.5 is reward, never half a correct answer. samples_per_min is the
+        source's samples over the minutes between the first and last group of that version stored
+        (any source, so the sources add up to the version's throughput); None under two arrival times.
+        """
+        g = GroupRow
+        keys = [g.policy_version, g.source, *([g.kind] if kinds else [])]
+        query = (select(*keys, func.count(), func.sum(g.samples), func.sum(g.reward_sum), func.sum(g.correct),
+                        func.sum(g.judged), func.sum(g.length_sum)).group_by(*keys).order_by(*keys))
+        spans = (select(g.policy_version, func.min(g.ts_ms), func.max(g.ts_ms))
+                 .where(g.ts_ms > 0).group_by(g.policy_version))  # rows from before 0002 have no time
+        with Session(self.engine) as session:
+            rows = session.execute(query).all()
+            minutes = {v: (hi - lo) / 60_000 for v, lo, hi in session.execute(spans).all()}
+        out = []
+        for v, source, *kind, n, s, r, c, j, length in rows:
+            span = minutes.get(v, 0.0)
+            out.append({"policy_version": v, "source": source or "?", **({"kind": kind[0] or "?"} if kinds else {}),
+                        "groups": n, "samples": s, "mean_reward": r / max(s, 1), "accuracy": (c / j) if j else None,
+                        "judged": j, "mean_length": length / max(s, 1),
+                        "samples_per_min": s / span if span > 0 else None})
+        return out
+
     def rollouts_since_id(self, last_id: int) -> list[tuple[int, int, int, float, int, int]]:
         """(version, length, window, nll_sum, finish, id) of rollouts stored after `last_id`, oldest first."""
         r = RolloutRow

@@ -2,13 +2,15 @@
 
 A ScoredGroup holds what the verifiers said (reward, parts, verdict, status) per sample, and the
 samples themselves; advantages, shaping and the choice of what to train on are the learner's
-(m1flow.rl).
+(m1flow.rl). It carries the prompt's source and domain (from its rollouts; a rollout from a producer
+older than those fields: its task type as the source) for per-source accounting.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from m1flow.accounting import source_of
 from m1flow.bus import Record, codec
 from m1flow.bus.dedupe import SeenIds
 from m1flow.contracts import events
@@ -78,7 +80,7 @@ def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredG
         header=codec.header("reward", run_id=first.header.trace.run_id, group_id=group.group_id,
                             policy_version=first.policy_version, message_id=f"scored:{group.group_id}"),
         group_id=group.group_id, prompt_id=first.prompt_id, task_type=first.task_type,
-        verifier_kind=first.verifier.kind,
+        verifier_kind=first.verifier.kind, source=source_of(first), domain=first.domain,
         incomplete=not group.complete, group_size=group.group_size,
         source_offsets=sorted({rec.position for rec in group.records}))
     for rollout, res in zip(rollouts, verdicts):

@@ -18,6 +18,7 @@ import grpc
 import torch
 from kafka.errors import KafkaError
 
+from m1flow import chat
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
@@ -34,6 +35,19 @@ from svc_rollout.engines.base import GroupRequest, GroupResult
 log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"
 METRIC_EVERY_S = 10.0
+
+
+def prompt_input(prompt: events.Prompt) -> chat.PromptInput:
+    """What the engine tokenizes: the whole conversation when the prompt carries one, else its text."""
+    return chat.conversation(prompt.messages) if prompt.messages else prompt.text
+
+
+def prompt_text(prompt: events.Prompt) -> str:
+    """The Rollout's prompt_text (what verifiers and judges read): the text, else the last user turn."""
+    if prompt.text or not prompt.messages:
+        return prompt.text
+    users = [m.content for m in prompt.messages if m.role == "user"]
+    return users[-1] if users else prompt.messages[-1].content
 
 
 class PromptHandler(HandlerBase):
@@ -143,23 +157,24 @@ class RolloutService(Service):
             self.reloaded.append((self.engine.version, self.engine.last_reload_s))
 
     # ---- groups ----------------------------------------------------------------------------
-    def request_for(self, key: str, text: str, n: int, window: int, temperature: float, top_p: float,
-                    seed: int) -> GroupRequest:
-        """A group request; ValueError names the field when the input cannot be sampled."""
-        if not text:
-            raise ValueError("prompt text: must not be empty")
+    def request_for(self, key: str, prompt: chat.PromptInput, n: int, window: int, temperature: float,
+                    top_p: float, seed: int) -> GroupRequest:
+        """A group request for a text or a conversation; ValueError names the field when the input
+        cannot be sampled."""
+        if not prompt:
+            raise ValueError("prompt: text (or messages) must not be empty")
         if not 1 <= n <= 4096:
             raise ValueError(f"group_size: {n} is not in [1, 4096]")
         if window < 1:
             raise ValueError(f"max_new_tokens: {window} must be at least 1")
         cfg = self.config
-        return GroupRequest(key, self.engine.prompt_ids(text), n, window, temperature, top_p, seed,
+        return GroupRequest(key, self.engine.prompt_ids(prompt), n, window, temperature, top_p, seed,
                             cfg.early_stop_run, cfg.early_stop_prob)
 
     def admit(self, prompt: events.Prompt, record: Record) -> None:
         cfg = self.config
         group_id = f"{prompt.prompt_id}/{prompt.header.message_id[:8]}"
-        request = self.request_for(group_id, prompt.text, prompt.group_size or cfg.group_size,
+        request = self.request_for(group_id, prompt_input(prompt), prompt.group_size or cfg.group_size,
                                    prompt.max_new_tokens or self.window, cfg.temperature, cfg.top_p,
                                    seed_for(group_id, self.engine.version))
         self.engine.submit(request)
@@ -222,11 +237,12 @@ class RolloutService(Service):
                     header=codec.header("rollout", run_id=run_id, group_id=group_id, rollout_id=rollout_id,
                                         policy_version=version, message_id=f"{rollout_id}@v{version}"),
                     rollout_id=rollout_id, group_id=group_id, prompt_id=prompt.prompt_id, index=i,
-                    group_size=request.n, task_type=prompt.task_type, prompt_text=prompt.text,
+                    group_size=request.n, task_type=prompt.task_type, prompt_text=prompt_text(prompt),
                     prompt_token_ids=request.prompt_ids, token_ids=sample.tokens, logprobs=sample.logprobs,
                     response_text=self.engine.decode(sample.tokens), finish_reason=sample.finish_reason,
                     policy_version=version, verifier=prompt.verifier, max_new_tokens=request.max_new_tokens,
-                    engine=self.engine.name, temperature=request.temperature, top_p=request.top_p))
+                    engine=self.engine.name, temperature=request.temperature, top_p=request.top_p,
+                    source=prompt.source, domain=prompt.domain))
             log.info("generated group of %s on policy v%s", request.n, version)
         return out
 

@@ -67,8 +67,26 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S") if ms else "-"
 
 
+SOURCE_VERSIONS = 3  # newest policy versions whose per-source rows `m1flow report` prints
+
+
+def source_lines(rep, versions: int = SOURCE_VERSIONS) -> list[str]:  # noqa: ANN001 - rpc.MonitorReport
+    """The per-source table of the newest versions (accuracy "-": no sample of it had a verdict)."""
+    newest = sorted({r.policy_version for r in rep.source_rows})[-versions:]
+    shown = [r for r in rep.source_rows if r.policy_version in newest]
+    if not shown:
+        return []
+    opt = lambda row, field, spec: format(getattr(row, field), spec) if row.HasField(field) else "-"  # noqa: E731
+    return ["", f"per source (newest {len(newest)} versions):",
+            "policy version | source               | kind             | groups | samples | mean reward | "
+            "accuracy | mean length | samples/min"] + [
+        f"{r.policy_version:>14} | {r.source[:20]:<20} | {r.kind[:16]:<16} | {r.groups:>6} | {r.samples:>7} | "
+        f"{r.mean_reward:>11.3f} | {opt(r, 'accuracy', '.3f'):>8} | {r.mean_length:>11.2f} | "
+        f"{opt(r, 'samples_per_min', '.1f'):>11}" for r in shown]
+
+
 def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorReport
-    """The report as a person reads it: window, newest versions, signals, alerts, decisions."""
+    """The report as a person reads it: window, newest versions, per source, signals, alerts, decisions."""
     lines = [f"dashboard {rep.dashboard_url or '(disabled)'}",
              f"output window {rep.window or '-'} (stage {rep.stage if rep.window else '-'})", "",
              "policy version | groups | samples | mean reward | accuracy | mean length"]
@@ -77,6 +95,7 @@ def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorRepo
         lines.append(f"  ... {len(rep.rows) - len(shown)} older versions (see the dashboard)")
     lines += [f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} | "
               f"{r.accuracy:>8.3f} | {r.mean_length:>11.2f}" for r in shown]
+    lines += source_lines(rep)
     if rep.signals:
         lines += ["", "newest signals:"] + [f"  {k} = {v:.4g}" for k, v in sorted(rep.signals.items())]
     lines += ["", "alerts (active first):" if rep.alert_log else "alerts: none"]

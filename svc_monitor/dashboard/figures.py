@@ -3,6 +3,7 @@
 Per policy version: reward and accuracy per verifier kind, output length (mean, p50, p99) against the
 window with window changes marked, perplexity; per evaluation window: the GenRM length-bias
 signals with their thresholds and the recalibrations marked, the pattern-collapse signals; per
+source (m1flow.accounting) and version: reward, accuracy, mean length and samples per minute; per
 learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
 consumer group and dead letters per minute.
 """
@@ -92,10 +93,10 @@ class Figures:
             decisions = self.store.decisions(limit=200)
             figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
-                       "throughput": self.throughput(), "lag": self.lag()}
+                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
-                    "status": self.status()}
+                    "sources": self.source_table(), "status": self.status()}
 
     def status(self) -> dict[str, Any]:
         latest = self.store.latest_version()
@@ -121,6 +122,31 @@ class Figures:
             _line(fig, [r["policy_version"] for r in rows], [r["accuracy"] for r in rows], kind)
         fig.update_yaxes(range=[0, 1])
         return fig
+
+    def per_source(self) -> dict[str, go.Figure]:
+        """Reward, accuracy (verdicts only), mean length and throughput per source over policy versions."""
+        by_source: dict[str, list] = defaultdict(list)
+        for row in self.store.by_source(kinds=False):
+            by_source[row["source"]].append(row)
+        figures = {}
+        for key, title, yaxis in (("mean_reward", "Mean reward per source", "reward"),
+                                  ("accuracy", "Accuracy per source (samples with a verdict)", "accuracy"),
+                                  ("mean_length", "Mean output length per source", "tokens"),
+                                  ("samples_per_min", "Throughput per source", "samples per minute")):
+            fig = _figure(title, "policy version", yaxis)
+            for source, rows in sorted(by_source.items()):
+                rows = [r for r in rows if r[key] is not None]
+                _line(fig, [r["policy_version"] for r in rows], [r[key] for r in rows], source)
+            if key == "accuracy":
+                fig.update_yaxes(range=[0, 1])
+            figures[f"source_{key.removeprefix('mean_')}"] = fig
+        return figures
+
+    def source_table(self) -> list[dict[str, Any]]:
+        """The newest version's rows per source and verifier kind (the table under the plots)."""
+        rows = self.store.by_source()
+        newest = max((r["policy_version"] for r in rows), default=None)
+        return [r for r in rows if r["policy_version"] == newest]
 
     def length(self, decisions: list[dict]) -> go.Figure:
         fig = _figure("Output length (tokens) against the window", "policy version", "tokens")

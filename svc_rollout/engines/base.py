@@ -98,8 +98,10 @@ class Engine(ABC):
     @abstractmethod
     def sequences_in_flight(self) -> int: ...
 
-    def prompt_ids(self, text: str) -> list[int]:
-        return chat.prompt_ids(self.tokenizer, text)
+    def prompt_ids(self, prompt: chat.PromptInput) -> list[int]:
+        """A text (one user turn) or a whole conversation, in the policy's chat template: every
+        engine tokenizes prompts here."""
+        return chat.prompt_ids(self.tokenizer, prompt)
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -1,6 +1,7 @@
 """The dashboard of a real run in a real browser: the whole loop runs (learner, reward with a GenRM
 judge for some prompts, rollout, monitor) while headless Chromium loads the monitor's page; every
-plot renders with data, keeps refreshing while the run goes on, and the console stays clean. The
+plot renders with data (the per-source panels show both sources), keeps refreshing while the run goes
+on, and the console stays clean. The
 final page is kept as a PNG (run/test-artifacts/dashboard.png, or $M1FLOW_ARTIFACTS)."""
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ pytestmark = pytest.mark.skipif(browser_paths() is None,
                                 reason="chromium/chromedriver not installed (scripts/monitor_deps.sh installs them)")
 ARTIFACTS = Path(os.environ.get("M1FLOW_ARTIFACTS", Path(__file__).resolve().parents[2] / "run" / "test-artifacts"))
 GROUP, BATCH = 4, 4
+OPEN_SOURCE = "open-judge"  # the arith prompts name none: their task type is their source
+SOURCE_TRACES_JS = "return document.getElementById('source_reward').data.map(t => t.name)"
+SOURCE_TABLE_JS = ("return [...document.querySelectorAll('#sources tr')]"
+                   ".map(tr => [...tr.children].map(td => td.textContent))")
 SERVICE_ARGS = {
     "learner": ["--batch-groups", str(BATCH)],
     "rollout": ["--max-ahead-versions", "1"],
@@ -41,7 +46,7 @@ def publish_open_prompts(producer: Producer, n: int) -> None:
     for i, problem in enumerate(problems(seed=7, n=n, max_operand=20)):
         producer.send(PROMPTS, f"open-{i}", events.Prompt(
             header=codec.header("test"), prompt_id=f"open-{i}", task_type="open", text=problem.text,
-            group_size=GROUP, verifier=events.VerifierSpec(kind="genrm")))
+            group_size=GROUP, verifier=events.VerifierSpec(kind="genrm"), source=OPEN_SOURCE, domain="general"))
     producer.flush()
 
 
@@ -66,12 +71,18 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
             wait_for(lambda: refreshes(driver) >= seen + 3 and sum(plot_points(driver).values()) > sum(first.values()),
                      120, "the page to refresh with new data")
             wait_for(lambda: min(plot_points(driver).values()) > 0, 180, "data in every plot")
+            wait_for(lambda: sorted(driver.execute_script(SOURCE_TRACES_JS)) == ["arith", OPEN_SOURCE], 120,
+                     "both sources in the per-source panels")
             points = plot_points(driver)
+            table = driver.execute_script(SOURCE_TABLE_JS)
             path = screenshot_full_page(driver, ARTIFACTS / "dashboard.png")
             errors = console_errors(driver)
         print(f"dashboard screenshot: {path} ({path.stat().st_size} bytes); points per plot: {points}")
         assert errors == []
-        assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag"}
+        assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag",
+                               "source_reward", "source_accuracy", "source_length", "source_samples_per_min"}
+        # the per-source table: the newest version's rows, each a known source with its own kind
+        assert table and all((row[1], row[2]) in {("arith", "arith"), (OPEN_SOURCE, "genrm")} for row in table), table
         assert path.stat().st_size > 20_000  # a real page, not a blank one
     finally:
         stack.stop()

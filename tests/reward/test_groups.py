@@ -119,3 +119,21 @@ def test_the_score_rpc_answers_with_the_status_enum():
     assert (ok.reward, ok.correct, ok.status, ok.parts.correctness) == (1.0, True, Status.OK, 1.0)
     bad = RewardGrpc(ScorerRegistry()).Score(rpc.ScoreRequest(response="five", verifier=spec), None)
     assert bad.status == Status.FORMAT_ERROR and bad.HasField("correct") and not bad.correct
+
+
+def test_the_scored_group_carries_the_prompts_source_and_domain():
+    buffer = GroupBuffer()
+    for i in range(2):
+        r = rollout("s", i, 2, "5")
+        r.task_type, r.source, r.domain = "math", "gsm8k", "reasoning"
+        group, _ = buffer.add(r, rec(i))
+    scored = score_group(group, ScorerRegistry())
+    assert (scored.source, scored.domain, scored.task_type) == ("gsm8k", "reasoning", "math")
+
+    older = GroupBuffer()  # rollouts of a producer from before the fields: the task type is the source
+    for i in range(2):
+        r = rollout("o", i, 2, "5")
+        r.task_type = "arith"
+        group, _ = older.add(r, rec(i))
+    scored = score_group(group, ScorerRegistry())
+    assert (scored.source, scored.domain) == ("arith", "")
