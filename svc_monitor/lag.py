@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from kafka import KafkaAdminClient, KafkaConsumer
 
+from m1flow.security.config import kafka_python as kafka_security
+
 
 class LagReader:
     def __init__(self, bootstrap: str, client_id: str = "m1flow-monitor-lag") -> None:
-        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=10_000)
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+        self.admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=10_000)
+        self.consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
                                       enable_auto_commit=False)
 
     def sample(self) -> dict[str, tuple[int, int]]:

@@ -33,6 +33,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
 
 from m1flow.bus.topics import ROLLOUTS, SCORED
+from m1flow.security.config import kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
 STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average
@@ -43,9 +44,9 @@ class Backlog:
 
     def __init__(self, bootstrap: str, reward_group: str, learner_group: str) -> None:
         self.reward_group, self.learner_group = reward_group, learner_group
-        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog",
+        self.admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog",
                                       request_timeout_ms=10_000)
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
+        self.consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
 
     def lags(self) -> tuple[int | None, int | None]:
         """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed

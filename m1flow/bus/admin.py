@@ -9,16 +9,18 @@ from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
 from m1flow.bus.topics import ALL_TOPICS, TopicLayout, TopicSpec, suffixed
+from m1flow.security.config import SecurityConfig, kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
 
 
-def admin_client(bootstrap: str, client_id: str = "m1flow-admin") -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=20000)
+def admin_client(bootstrap: str, client_id: str = "m1flow-admin",
+                 security: SecurityConfig | None = None) -> KafkaAdminClient:
+    return KafkaAdminClient(**kafka_security(security), bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=20000)
 
 
 def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suffix: str = "",
-                  layout: TopicLayout | None = None) -> list[str]:
+                  layout: TopicLayout | None = None, security: SecurityConfig | None = None) -> list[str]:
     """Create missing topics with the layout's partitions (the table's by default) and config (and
     their `.suffix` copies when given); return the names created. Existing topics are left as they
     are: adding partitions to a keyed topic would move keys, so a mismatch is only logged."""
@@ -26,7 +28,7 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...] = ALL_TOPICS, suf
     specs = tuple(layout.apply(s) for s in specs)
     if suffix:
         specs = specs + tuple(s.renamed(suffixed(s.name, suffix)) for s in specs)
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, security=security)
     try:
         existing = set(admin.list_topics())
         _warn_mismatch(admin, [s for s in specs if s.name in existing])
@@ -63,7 +65,7 @@ def _warn_mismatch(admin: KafkaAdminClient, specs: list[TopicSpec]) -> None:
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """The next offset to be written, per partition."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-offsets")
+    consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-offsets")
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
@@ -79,7 +81,7 @@ def group_lag(bootstrap: str, group_id: str) -> dict[tuple[str, int], tuple[int,
     finally:
         admin.close()
     result: dict[tuple[str, int], tuple[int, int]] = {}
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="m1flow-lag")
+    consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-lag")
     try:
         ends = consumer.end_offsets(list(committed)) if committed else {}
         for tp, meta in committed.items():

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from m1flow.security.config import SecurityConfig, confluent, kafka_python
+
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
@@ -45,6 +47,7 @@ class Settings:
     max_poll_records: int
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
     receive_message_max_bytes: int = 64 * 1024 * 1024
+    security: SecurityConfig | None = None  # None: the process's active block
 
 
 class Consumer(Protocol):
@@ -91,6 +94,7 @@ class KafkaPythonConsumer:
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 
         self._c = KafkaConsumer(
+            **kafka_python(s.security),
             bootstrap_servers=s.bootstrap, group_id=s.group_id, client_id=s.client_id,
             group_instance_id=s.group_instance_id, partition_assignment_strategy=(CooperativeStickyAssignor,),
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=s.max_poll_records,
@@ -207,6 +211,7 @@ class ConfluentConsumer:
             "fetch.max.bytes": s.max_partition_fetch_bytes * 4,
             "receive.message.max.bytes": max(s.receive_message_max_bytes, s.max_partition_fetch_bytes * 4 + 1024),
             "log_level": 3,
+            **confluent(s.security),
         }
         if s.group_instance_id:
             config["group.instance.id"] = s.group_instance_id

@@ -30,6 +30,8 @@ from kafka.structs import TopicPartition
 from prometheus_client import Gauge
 from pydantic import BaseModel, Field
 
+from m1flow.security.config import kafka_python as kafka_security
+
 log = logging.getLogger(__name__)
 HEALTHY = Gauge("m1flow_consumer_healthy", "1 while the consumer makes progress or has nothing to do", ["group"])
 LAG = Gauge("m1flow_consumer_lag", "records behind on the partitions this member owns", ["group"])
@@ -216,11 +218,11 @@ class Liveness:
 
 
 def _clients(bootstrap: str, group_id: str) -> tuple[KafkaConsumer, KafkaAdminClient]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              client_id=f"liveness-{group_id}", request_timeout_ms=10_000,
                              reconnect_backoff_max_ms=2000)
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"liveness-{group_id}",
+        admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id=f"liveness-{group_id}",
                                  request_timeout_ms=10_000)
     except Exception:
         consumer.close()

@@ -7,6 +7,7 @@ from google.protobuf.message import Message
 
 from m1flow.bus import codec
 from m1flow.bus.topics import TopicSpec, suffixed
+from m1flow.security.config import SecurityConfig, kafka_python as kafka_security
 
 
 def _key(key: str | bytes | None) -> bytes | None:
@@ -22,9 +23,10 @@ class Producer:
     "commit only after the outputs are acknowledged" true.
     """
 
-    def __init__(self, bootstrap: str, client_id: str, linger_ms: int = 5, suffix: str = "") -> None:
+    def __init__(self, bootstrap: str, client_id: str, linger_ms: int = 5, suffix: str = "",
+                 security: SecurityConfig | None = None) -> None:
         self.suffix = suffix
-        self._producer = KafkaProducer(
+        self._producer = KafkaProducer(**kafka_security(security),
             bootstrap_servers=bootstrap, client_id=client_id, acks="all", enable_idempotence=True,
             linger_ms=linger_ms, max_request_size=16 * 1024 * 1024, batch_size=1024 * 1024,
             delivery_timeout_ms=180_000, request_timeout_ms=30_000, retry_backoff_ms=200,

@@ -17,14 +17,16 @@ from kafka.structs import TopicPartition
 
 from m1flow.bus import codec
 from m1flow.bus.topics import TopicSpec
+from m1flow.security.config import SecurityConfig, kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
 
 
 class TopicWatcher:
-    def __init__(self, bootstrap: str, topics: tuple[TopicSpec, ...], client_id: str) -> None:
+    def __init__(self, bootstrap: str, topics: tuple[TopicSpec, ...], client_id: str,
+                 security: SecurityConfig | None = None) -> None:
         self.specs = {t.name: t for t in topics}
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+        self.consumer = KafkaConsumer(**kafka_security(security), bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
                                       enable_auto_commit=False, fetch_max_wait_ms=50,
                                       reconnect_backoff_max_ms=2000)
         parts = []

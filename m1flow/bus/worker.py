@@ -28,6 +28,7 @@ from m1flow.bus.producer import Producer
 from m1flow.bus.records import Record
 from m1flow.bus.topics import DLQ, METRICS, TopicSpec, spec
 from m1flow.contracts import events
+from m1flow.security.config import kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +403,7 @@ class StreamWorker:
 
 def _leave_static(bootstrap: str, group_id: str, instance_id: str) -> None:
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{instance_id}-leave",
+        admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id=f"{instance_id}-leave",
                                  request_timeout_ms=10_000)
         try:
             admin.remove_group_members(group_id, [MemberToRemove(group_instance_id=instance_id)])

@@ -79,9 +79,12 @@ _LOG4J = """Configuration:
 class Broker:
     """One KRaft node under `run_dir`; `start()` is idempotent and `stop()` always leaves it dead."""
 
-    def __init__(self, run_dir: str | Path, heap: str = "512m") -> None:
+    def __init__(self, run_dir: str | Path, heap: str = "512m", secrets: str | Path | None = None) -> None:
+        """secrets: a CA folder (m1flow.security.pki) to serve TLS with client certificates and
+        ACLs from (its `broker` and `admin` identities are the super users); None: plaintext."""
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap
+        self.secrets = Path(secrets).resolve() if secrets is not None else None
         self.state_file = self.run_dir / "broker.json"
         self._child: subprocess.Popen | None = None  # the process this object started, if any
 
@@ -93,6 +96,17 @@ class Broker:
 
     def _save(self, state: BrokerState) -> None:
         self.state_file.write_text(json.dumps(state.__dict__))
+
+    @property
+    def admin_security(self):  # noqa: ANN201 - a SecurityConfig; imported late to keep this module light
+        """The super user's client block (off for a plaintext broker): what creates topics and ACLs."""
+        from m1flow.security.config import SecurityConfig
+        from m1flow.security.pki import CertificateAuthority
+
+        if self.secrets is None:
+            return SecurityConfig()
+        admin = CertificateAuthority(self.secrets).identity("admin")
+        return SecurityConfig(enabled=True, ca_file=admin.ca, cert_file=admin.cert, key_file=admin.key)
 
     @property
     def bootstrap(self) -> str:
@@ -198,7 +212,8 @@ class Broker:
                 code = self._child.returncode if self._child is not None else "unknown"
                 raise BrokerError(f"broker process exited during start-up (exit code {code}):\n{self._errors()}")
             try:
-                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
+                admin = KafkaAdminClient(**self.admin_security.kafka_python(), bootstrap_servers=self.bootstrap,
+                                         request_timeout_ms=5000,
                                          client_id="m1flow-ready")
                 try:
                     admin.list_topics()
@@ -271,9 +286,36 @@ class Broker:
             "num.partitions": "1",
             "message.max.bytes": str(16 * 1024 * 1024),
         }
+        if self.secrets is not None:
+            props.update(self._tls_props(state))
         path = self.run_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         return path
+
+
+    def _tls_props(self, state: BrokerState) -> dict[str, str]:
+        """Both listeners TLS with required client certificates; the certificate's CN is the
+        principal (`User:reward`), authorised by the KRaft StandardAuthorizer, nothing allowed
+        without an ACL. The node's own identity (`broker`, on the controller and inter-broker
+        connections) and the operator's (`admin`) are super users."""
+        from m1flow.security.pki import CertificateAuthority
+
+        broker = CertificateAuthority(self.secrets).identity("broker")
+        return {
+            "listeners": f"SSL://127.0.0.1:{state.port},CONTROLLER://127.0.0.1:{state.controller_port}",
+            "advertised.listeners": f"SSL://127.0.0.1:{state.port}",
+            "inter.broker.listener.name": "SSL",
+            "listener.security.protocol.map": "CONTROLLER:SSL,SSL:SSL",
+            "ssl.client.auth": "required",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(broker.bundle),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(broker.ca),
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/,DEFAULT",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": "User:broker;User:admin",
+        }
 
 
 def _port_free(port: int) -> bool:

@@ -10,6 +10,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from m1flow.bus import codec
 from m1flow.bus.topics import spec
+from m1flow.security.config import kafka_python as kafka_security
 
 
 def parse_position(text: str | None) -> tuple[str, int] | None:
@@ -49,7 +50,7 @@ def bounds(consumer: KafkaConsumer, topic: str, start: str | None, end: str | No
 def read_range(bootstrap: str, topic: str, start: str | None = None, end: str | None = None,
                limit: int | None = None) -> Iterator[dict]:
     """Decoded records of [start, end) as dicts (undecodable ones carry their error)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              client_id="m1flow-dump")
     try:
         begin, stop = bounds(consumer, topic, start, end)
@@ -91,7 +92,7 @@ def dump_jsonl(bootstrap: str, topic: str, start: str | None = None, end: str | 
 def prepare_replay(bootstrap: str, topic: str, group: str, start: str, end: str | None = None
                    ) -> dict[str, int]:
     """Point a fresh consumer group at `start` and return the stop offsets of the range."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+    consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
                              client_id="m1flow-replay")
     try:
         begin, stop = bounds(consumer, topic, start, end)

@@ -1,0 +1,85 @@
+"""The one typed security block of a process (`ServiceConfig.security`, `M1FLOW_SECURITY`), and the
+settings both Kafka clients take from it.
+
+Off by default: a laptop's `m1flow up` and `make demo` talk plaintext to a loopback broker as
+before. On (`m1flow up --secure`, the chart), every Kafka connection is TLS with this process's
+certificate, which the broker maps to the principal `User:<CN>` and authorises by ACL.
+
+A process has one identity, so the block is activated once at start-up (`activate`) and every
+Kafka client the library builds reads it (`current`); a caller acting as another principal (the
+operator's admin, a test) passes its own block explicitly. Only file paths are held here, never
+key material, so dumping the config or logging it leaks nothing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class SecurityConfig(BaseModel):
+    enabled: bool = Field(False, description="TLS with client certificates to Kafka (and the ACLs that follow)")
+    ca_file: Path | None = Field(None, description="PEM of the CA every peer's certificate must chain to")
+    cert_file: Path | None = Field(None, description="this process's certificate (PEM)")
+    key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "SecurityConfig":
+        if self.enabled:
+            missing = [n for n in ("ca_file", "cert_file", "key_file") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(f"security.enabled needs {', '.join(missing)}")
+            for name in ("ca_file", "cert_file", "key_file"):
+                path = getattr(self, name)
+                if not Path(path).is_file():
+                    raise ValueError(f"security.{name}: no such file {path}")
+        return self
+
+    @property
+    def principal(self) -> str:
+        """The CN of this process's certificate ('' when off): the name the broker authorises."""
+        if not self.enabled:
+            return ""
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+
+        cert = x509.load_pem_x509_certificate(Path(self.cert_file).read_bytes())
+        return cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+
+    def kafka_python(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python's KafkaProducer/KafkaConsumer/KafkaAdminClient."""
+        if not self.enabled:
+            return {}
+        return {"security_protocol": "SSL", "ssl_cafile": str(self.ca_file), "ssl_certfile": str(self.cert_file),
+                "ssl_keyfile": str(self.key_file), "ssl_check_hostname": True}
+
+    def confluent(self) -> dict[str, Any]:
+        """Settings for confluent-kafka (librdkafka) clients."""
+        if not self.enabled:
+            return {}
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca_file),
+                "ssl.certificate.location": str(self.cert_file), "ssl.key.location": str(self.key_file),
+                "ssl.endpoint.identification.algorithm": "https"}
+
+
+_active = SecurityConfig()
+
+
+def activate(block: SecurityConfig) -> None:
+    """Make `block` this process's identity for every Kafka client built from now on."""
+    global _active
+    _active = block
+
+
+def current(block: SecurityConfig | None = None) -> SecurityConfig:
+    """`block` if given, else the process's active one (off unless activated)."""
+    return block if block is not None else _active
+
+
+def kafka_python(block: SecurityConfig | None = None) -> dict[str, Any]:
+    return current(block).kafka_python()
+
+
+def confluent(block: SecurityConfig | None = None) -> dict[str, Any]:
+    return current(block).confluent()
