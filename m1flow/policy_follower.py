@@ -17,6 +17,7 @@ from typing import Protocol
 from prometheus_client import Counter, Gauge
 
 from m1flow.contracts import events
+from m1flow.security.announcements import Guard
 
 log = logging.getLogger(__name__)
 LOAD_FAILURES = Counter("m1flow_policy_load_failures_total", "policy versions that failed to load")
@@ -30,13 +31,19 @@ class Loader(Protocol):
 
 
 class PolicyFollower:
-    def __init__(self, retry_s: float = 5.0) -> None:
+    def __init__(self, retry_s: float = 5.0, guard: Guard | None = None) -> None:
         self.retry_s = retry_s
+        self.guard = guard
         self.wanted: events.PolicyVersion | None = None
         self.failed_at: dict[int, float] = {}  # version -> when it last failed to load
         self.failures = 0
 
-    def announce(self, policy: events.PolicyVersion) -> None:
+    def announce(self, policy: events.PolicyVersion, trusted: bool = False) -> None:
+        """Take an announcement as the wanted policy if it is newer and the guard admits it (a
+        refused one, from outside the checkpoint roots or not signed by the learner, is counted).
+        trusted: the process's own configuration named it (a replay's pinned policy), not a record."""
+        if not trusted and self.guard is not None and not self.guard.admits(policy):
+            return
         if self.wanted is None or policy.version > self.wanted.version:
             self.wanted = policy
 

@@ -15,6 +15,7 @@ from m1flow.bus import codec
 from m1flow.checkpoint import uri_for
 from m1flow.contracts import events
 from m1flow.rl.selection import Selected, Skipped
+from m1flow.security.announcements import sign
 from svc_learner.batching import Batch, batch_stats, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
@@ -119,12 +120,15 @@ class Trainer:
         return stats
 
     def announcement(self, run_id: str) -> events.PolicyVersion:
-        return events.PolicyVersion(
+        """The current version's `policy` record, signed when the learner holds a signing key."""
+        policy = events.PolicyVersion(
             header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
                                 message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
             version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
             step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
             batch_groups=self.cfg.batch_groups)
+        key = self.cfg.security.policy_signing_key
+        return sign(policy, key) if key is not None else policy
 
 
 def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:

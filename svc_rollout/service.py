@@ -24,6 +24,7 @@ from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy_follower import PolicyFollower
+from m1flow.security.announcements import Guard
 from m1flow.runtime import logs
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
@@ -91,7 +92,7 @@ class RolloutService(Service):
         self.config: RolloutConfig = config
         torch.set_num_threads(config.torch_threads)
         self.engine = engines.build(config)
-        self.policy = PolicyFollower(config.policy_retry_s)
+        self.policy = PolicyFollower(config.policy_retry_s, Guard(config.security))
         self.window = config.max_new_tokens
         self.paused = False
         self.pending: dict[str, tuple[events.Prompt, Record]] = {}  # group id -> its prompt, held
@@ -112,7 +113,7 @@ class RolloutService(Service):
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
             self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
-                                                      checkpoint_uri=cfg.pinned_policy))
+                                                      checkpoint_uri=cfg.pinned_policy), trusted=True)
         self._catch_up()
         waited = time.monotonic()
         while self.engine.version < 0 and not self.stop.is_set():

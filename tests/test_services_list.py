@@ -52,3 +52,15 @@ def test_what_starts_and_breaks_services_derives_from_the_list(tmp_path):
 def test_an_unknown_service_is_named_with_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match=r"unknown service 'rewrad'; known: sandbox, reward"):
         ServiceProcess("rewrad", 0, tmp_path, []).command()
+
+
+def test_every_listed_service_has_a_principal_and_a_row_of_acls(tmp_path):
+    """A service added to the list gets its certificate from `m1flow up --secure` by name; without
+    a row in m1flow/ops/acls.py the broker would deny it everything, so the row must be written."""
+    from m1flow.ops.acls import ACLS
+
+    assert set(NAMES) <= set(ACLS), f"no ACL row for {sorted(set(NAMES) - set(ACLS))}"
+    assert ACLS["sandbox"].read == ACLS["sandbox"].write == ()  # the sandbox touches no topic
+    writers = {name for name, grants in ACLS.items() if "policy" in grants.write}
+    assert writers == {"learner"}
+    assert {name for name, grants in ACLS.items() if "control" in grants.write} == {"monitor"}

@@ -47,6 +47,7 @@ class BrokerState:
     cluster_id: str
     pid: int = 0
     started_at: float = 0.0  # the process's create time: a pid alone may be reused, or not exec'd yet
+    secrets: str = ""  # the CA folder of a TLS broker ('' plaintext): later tools find the admin identity
 
     @property
     def bootstrap(self) -> str:
@@ -87,6 +88,9 @@ class Broker:
         self.secrets = Path(secrets).resolve() if secrets is not None else None
         self.state_file = self.run_dir / "broker.json"
         self._child: subprocess.Popen | None = None  # the process this object started, if any
+        known = self.state()
+        if self.secrets is None and known is not None and known.secrets:
+            self.secrets = Path(known.secrets)  # a secure broker stays secure when found again
 
     # ----------------------------------------------------------------- state
     def state(self) -> BrokerState | None:
@@ -159,7 +163,8 @@ class Broker:
 
     def _move_ports(self, why: str) -> BrokerState:
         old = self.state()
-        state = BrokerState(free_port(), free_port(), old.cluster_id if old else uuid.uuid4().hex[:22])
+        state = BrokerState(free_port(), free_port(), old.cluster_id if old else uuid.uuid4().hex[:22],
+                            secrets=str(self.secrets or ""))
         self._save(state)
         if old is not None:
             log.warning("broker under %s moves from port %s to %s (%s); its data is kept",
@@ -176,6 +181,9 @@ class Broker:
             state = self._move_ports("first start")
         elif not (_port_free(state.port) and _port_free(state.controller_port)):
             state = self._move_ports(f"port {state.port} or {state.controller_port} is taken by another process")
+        if str(self.secrets or "") != state.secrets:
+            raise BrokerError(f"the broker under {self.run_dir} was made {'with TLS' if state.secrets else 'plaintext'}"
+                              f"; start it the same way or remove {self.run_dir}")
         props = self._write_config(state)
         classpath = str(jar_dir() / "*")
         java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",

@@ -163,7 +163,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from m1flow.ops.demo import warmstart_for
 
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
-                  service_args={"rollout": ["--engine", args.engine]})
+                  service_args={"rollout": ["--engine", args.engine]}, secure=args.secure)
     supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
                             say=lambda line: print(line, flush=True))
     print(f"m1flow up: run dir {stack.run_dir}; starting broker and services ...", flush=True)
@@ -266,6 +266,8 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("up", help="start the broker and all services as local processes, supervised")
     u.add_argument("--replicas", nargs="*", default=[], help="e.g. reward=2 rollout=2")
     u.add_argument("--keep-broker", action="store_true", help="leave the broker running on exit")
+    u.add_argument("--secure", action="store_true",
+                   help="TLS with a certificate per service and least-privilege ACLs (docs/security.md)")
     u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
     _model_flags(u)
     u.set_defaults(func=cmd_up)
@@ -320,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from kafka.errors import KafkaError, KafkaTimeoutError
 
+    if not args.bootstrap and _broker(args).secrets is not None:  # the operator acts as the admin principal
+        from m1flow.security.config import activate
+
+        activate(_broker(args).admin_security)
     try:
         return args.func(args) or 0
     except CliError as exc:

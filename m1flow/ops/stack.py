@@ -8,8 +8,11 @@ from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
+from m1flow.ops.acls import apply_acls
 from m1flow.ops.launcher import ServiceProcess, launch
 from m1flow.ops.services import NAMES
+from m1flow.security.config import SecurityConfig
+from m1flow.security.pki import CertificateAuthority, signing_key
 from m1flow.warmstart import WarmStartConfig, warm_started_policy
 
 
@@ -17,24 +20,43 @@ class Stack:
     def __init__(self, run_dir: str | Path, replicas: dict[str, str | int] | None = None,
                  service_args: dict[str, list[str]] | None = None, run_id: str = "local",
                  warmstart: WarmStartConfig | None = None, bootstrap: str | None = None,
-                 model: str | Path | None = None) -> None:
+                 model: str | Path | None = None, secure: bool = False) -> None:
         """model: the policy the learner starts from (any local model directory); None: a warm
-        start of `warmstart` (the hybrid model by default)."""
+        start of `warmstart` (the hybrid model by default). secure: a CA and one certificate per
+        service under run_dir/secrets, the broker over TLS with client certificates and the ACLs
+        of m1flow/ops/acls.py; every service gets its own identity (docs/security.md)."""
         self.run_dir = Path(run_dir).resolve()
         self.model = Path(model).resolve() if model is not None else None
         self.replicas = {name: int((replicas or {}).get(name, 1)) for name in NAMES}
         self.service_args = service_args or {}
         self.run_id = run_id
         self.warmstart = warmstart or WarmStartConfig()
-        self.broker = Broker(self.run_dir / "kafka")
+        self.secure = secure
+        self.secrets = self.run_dir / "secrets"
+        self.broker = Broker(self.run_dir / "kafka", secrets=self.secrets if secure else None)
         self.bootstrap = bootstrap
         self.procs: list[ServiceProcess] = []
 
     def start_broker(self) -> str:
         if self.bootstrap is None:
             self.bootstrap = self.broker.start()
-        ensure_topics(self.bootstrap)
+        ensure_topics(self.bootstrap, security=self.broker.admin_security)
+        if self.secure:
+            apply_acls(self.bootstrap, self.broker.admin_security)
         return self.bootstrap
+
+    def identity_env(self, name: str) -> dict[str, str]:
+        """The environment that gives service `name` its own identity (nothing when not secure):
+        paths only, the keys stay in their 0600 files."""
+        if not self.secure:
+            return {}
+        ident = CertificateAuthority(self.secrets).identity(name)
+        signing, public = signing_key(self.secrets, "learner")
+        roots = [self.run_dir, *([self.model] if self.model is not None else [])]
+        block = SecurityConfig(enabled=True, ca_file=ident.ca, cert_file=ident.cert, key_file=ident.key,
+                               checkpoint_roots=roots, policy_verify_key=public,
+                               policy_signing_key=signing if name == "learner" else None)
+        return {"M1FLOW_SECURITY": block.model_dump_json()}
 
     def initial_policy(self) -> Path:
         """The policy the learner starts from: the given model, or a warm start (cached across runs)."""
@@ -57,7 +79,7 @@ class Stack:
 
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
         proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
-                      run_id=self.run_id, wait=wait)
+                      run_id=self.run_id, wait=wait, env=self.identity_env(name))
         self.procs.append(proc)
         return proc
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 from m1flow.bus.liveness import LivenessConfig
 from m1flow.bus.topics import TopicLayout
 from m1flow.runtime.replica import container_replica
+from m1flow.security.config import SecurityConfig
 
 T = TypeVar("T", bound="ServiceConfig")
 
@@ -51,6 +52,8 @@ class ServiceConfig(BaseModel):
     log_json: bool = True
     exit_unhealthy_after_s: float = Field(0.0, ge=0, description="exit, for the container engine to restart it, "
                                           "after this long unhealthy having been healthy; 0: never")
+    security: SecurityConfig = Field(default_factory=SecurityConfig,
+                                     description="TLS identity for Kafka (off: plaintext, as on a laptop)")
     topics: TopicLayout = Field(default_factory=TopicLayout,
                                 description="partitions per topic and replication factor of the topics it creates")
 

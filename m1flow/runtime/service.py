@@ -21,6 +21,7 @@ from m1flow.bus.worker import Handler, StreamWorker
 from m1flow.runtime import health, logs
 from m1flow.runtime.config import ServiceConfig
 from m1flow.runtime.stuck_exit import StuckExit
+from m1flow.security import config as security
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     service = cls(config)
     signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
     signal.signal(signal.SIGINT, lambda *_: service.stop.set())
-    if cls.uses_kafka:
+    security.activate(config.security)
+    if cls.uses_kafka and not config.security.enabled:  # secure: topics are the operator's (no CREATE right)
         ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
                                                             config.grpc_workers)

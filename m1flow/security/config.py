@@ -23,6 +23,11 @@ class SecurityConfig(BaseModel):
     ca_file: Path | None = Field(None, description="PEM of the CA every peer's certificate must chain to")
     cert_file: Path | None = Field(None, description="this process's certificate (PEM)")
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
+    checkpoint_roots: list[Path] = Field(default_factory=list, description="a replica loads policies only "
+                                         "from under these folders (empty: from anywhere, as on a laptop)")
+    policy_signing_key: Path | None = Field(None, description="the learner's Ed25519 key it signs announcements with")
+    policy_verify_key: Path | None = Field(None, description="the learner's public key; set: unsigned or "
+                                           "wrongly signed announcements are refused")
 
     @model_validator(mode="after")
     def _complete(self) -> "SecurityConfig":

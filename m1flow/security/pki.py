@@ -104,3 +104,19 @@ class CertificateAuthority:
         _write_private(ident.bundle, _key_pem(key) + cert_pem)
         ident.cert.write_bytes(cert_pem)
         return ident
+
+
+def signing_key(folder: str | Path, name: str) -> tuple[Path, Path]:
+    """(private, public) PEM paths of principal `name`'s Ed25519 signing key under `folder`, made
+    on first call. The learner signs policy announcements with it; replicas hold only the public half."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    folder = Path(folder).resolve()
+    private, public = folder / f"{name}.sign.key", folder / f"{name}.sign.pub"
+    if not (private.exists() and public.exists()):
+        key = ed25519.Ed25519PrivateKey.generate()
+        _write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
