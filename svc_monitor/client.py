@@ -7,11 +7,12 @@ from pathlib import Path
 import grpc
 
 from m1flow.contracts import rpc, rpc_grpc
+from m1flow.security import grpc_tls as tls
 from m1flow.runtime.service import ready_file
 
 
 def report(address: str, max_events: int = 0, timeout: float = 10.0) -> rpc.MonitorReport:
-    with grpc.insecure_channel(address) as channel:
+    with tls.channel(address) as channel:
         return rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(max_events=max_events), timeout=timeout)
 
 

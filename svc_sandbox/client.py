@@ -17,6 +17,7 @@ from typing import TypeVar
 import grpc
 
 from m1flow.contracts import rpc_grpc
+from m1flow.security import grpc_tls as tls
 from m1flow.status import Status
 from svc_sandbox.api import (DEFAULT_TEST_COMMAND, MB, Executor, ExecRequest, ExecResult, InvalidRequest, Limits, RunTestsRequest,
                              RunTestsResult, TestsRunner, swe_limits)
@@ -33,7 +34,7 @@ T = TypeVar("T")
 
 class SandboxClient:
     def __init__(self, address: str, timeout_margin_s: float = 30.0, busy_wait_s: float = 60.0) -> None:
-        self.channel = grpc.insecure_channel(address, options=[
+        self.channel = tls.channel(address, options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)])
         self.stub = rpc_grpc.SandboxServiceStub(self.channel)
         self.margin = timeout_margin_s

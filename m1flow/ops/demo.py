@@ -19,6 +19,7 @@ from pydantic import BaseModel, field_validator
 
 from m1flow import checkpoint
 from m1flow.bus import Producer
+from m1flow.security import grpc_tls as tls
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.ops.browser import save_page
 from m1flow.ops.stack import Stack
@@ -84,7 +85,7 @@ def wait_for_version(rollout: str, version: int, timeout: float = 120.0) -> None
 
 
 def report(address: str) -> list[rpc.VersionRow]:
-    with grpc.insecure_channel(address) as channel:
+    with tls.channel(address) as channel:
         return list(rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(), timeout=10).rows)
 
 

@@ -11,6 +11,7 @@ from m1flow.kafka import Broker
 from m1flow.ops.acls import apply_acls
 from m1flow.ops.launcher import ServiceProcess, launch
 from m1flow.ops.services import NAMES
+from m1flow.security import config as security
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import CertificateAuthority, signing_key
 from m1flow.warmstart import WarmStartConfig, warm_started_policy
@@ -38,6 +39,8 @@ class Stack:
         self.procs: list[ServiceProcess] = []
 
     def start_broker(self) -> str:
+        if self.secure:  # the process running the stack is the operator: it probes and reads as `admin`
+            security.activate(self.broker.admin_security)
         if self.bootstrap is None:
             self.bootstrap = self.broker.start()
         ensure_topics(self.bootstrap, security=self.broker.admin_security)
@@ -55,7 +58,8 @@ class Stack:
         roots = [self.run_dir, *([self.model] if self.model is not None else [])]
         block = SecurityConfig(enabled=True, ca_file=ident.ca, cert_file=ident.cert, key_file=ident.key,
                                checkpoint_roots=roots, policy_verify_key=public,
-                               policy_signing_key=signing if name == "learner" else None)
+                               policy_signing_key=signing if name == "learner" else None,
+                               grpc_allowed_peers=["reward"] if name == "sandbox" else [])
         return {"M1FLOW_SECURITY": block.model_dump_json()}
 
     def initial_policy(self) -> Path:

@@ -8,14 +8,20 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY, start_http_server
 
 from m1flow.kafka.broker import free_port
+from m1flow.security.config import SecurityConfig, current
+from m1flow.security.grpc_tls import AllowedPeers, add_port, channel
 
 
-def grpc_server(host: str, port: int, workers: int = 4) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started-later gRPC server bound to host:port (port 0: a free one) with health NOT_SERVING."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
+def grpc_server(host: str, port: int, workers: int = 4, security: SecurityConfig | None = None
+                ) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started-later gRPC server bound to host:port (port 0: a free one) with health NOT_SERVING;
+    mutual TLS when security is on, its own methods only for `security.grpc_allowed_peers` if named."""
+    block = current(security)
+    interceptors = [AllowedPeers(tuple(block.grpc_allowed_peers))] if block.enabled and block.grpc_allowed_peers else []
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors,
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = add_port(server, f"{host}:{port}", block)
     if bound == 0:
         raise RuntimeError(f"cannot bind gRPC port {port}")
     servicer = health.HealthServicer()
@@ -30,10 +36,10 @@ def set_serving(servicer: health.HealthServicer, names: list[str], serving: bool
         servicer.set(name, status)
 
 
-def check(address: str, timeout: float = 2.0) -> str:
-    """The health status name of a server, or UNREACHABLE."""
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+def check(address: str, timeout: float = 2.0, security: SecurityConfig | None = None) -> str:
+    """The health status name of a server, or UNREACHABLE (a TLS server refuses a probe without a certificate)."""
+    with channel(address, security=security) as channel_:
+        stub = health_pb2_grpc.HealthStub(channel_)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
         except grpc.RpcError:

@@ -23,6 +23,8 @@ class SecurityConfig(BaseModel):
     ca_file: Path | None = Field(None, description="PEM of the CA every peer's certificate must chain to")
     cert_file: Path | None = Field(None, description="this process's certificate (PEM)")
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
+    grpc_allowed_peers: list[str] = Field(default_factory=list, description="principals (certificate CNs) "
+                                          "that may call this service's gRPC methods; empty: any from the CA")
     checkpoint_roots: list[Path] = Field(default_factory=list, description="a replica loads policies only "
                                          "from under these folders (empty: from anywhere, as on a laptop)")
     policy_signing_key: Path | None = Field(None, description="the learner's Ed25519 key it signs announcements with")
