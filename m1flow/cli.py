@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from m1flow.control_cli import add_parsers as add_control_parsers
+from m1flow.ops.data_cli import add_parsers as add_data_parsers
 from m1flow.kafka import Broker, BrokerError
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
@@ -292,6 +293,7 @@ def parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_feed)
 
     add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
+    add_data_parsers(sub)  # data validate FILE...
 
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=4.0)

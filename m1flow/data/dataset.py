@@ -1,0 +1,127 @@
+"""One configured source of tasks: a file read through a table and an importer, or a generator.
+
+The prompt source service holds a list of these (with weights, for the mixture); `m1flow data
+validate` opens one per file. Both see `records(start, stop)`: (row, TaskRecord or RowError), so a
+bad row is reported with its file, row and field and the rest goes on.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field, model_validator
+
+from m1flow.data.importers import DEFAULT_KINDS, IMPORTERS, ImportContext, Importer, import_row
+from m1flow.data.readers import Table, open_table
+from m1flow.data.record import RowError, SpecError, TaskRecord
+
+__all__ = ["DEFAULT_KINDS", "DatasetConfig", "FileSource", "GeneratorSource", "TaskSource", "open_source"]
+
+
+class DatasetConfig(BaseModel):
+    name: str = Field("", description="source name (prompt ids are '<name>/<id>'); default: the file stem "
+                                      "or the generator")
+    path: str = Field("", description="a file (jsonl, parquet, csv) or a Hugging Face datasets directory")
+    generator: str = Field("", description='instead of path: "arith", "logic:<family>", "rg:<task>"')
+    format: str | None = Field(None, description="jsonl, parquet, csv, hf; default: from the suffix / layout")
+    importer: str = Field("auto", description="m1flow, verl, or auto (verl when rows have data_source and "
+                                              "reward_model)")
+    domain: Literal["reasoning", "general"] | None = Field(None, description="override the rows' domain")
+    kinds: dict[str, str] = Field(default_factory=dict,
+                                  description='verl data_source -> verifier kind, over DEFAULT_KINDS, '
+                                              'e.g. {"my/gsm8k-copy": "math"}')
+    size: int = Field(10_000, ge=1, description="generators: items per epoch")
+    seed: int = Field(0, description="generators: the seed records are a function of")
+    level: int | None = Field(None, description="generators: difficulty level")
+    config: dict[str, Any] = Field(default_factory=dict, description="generator config (reasoning-gym task "
+                                                                     "config)")
+    weight: float = Field(1.0, ge=0, description="mixture weight")
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> "DatasetConfig":
+        if bool(self.path) == bool(self.generator):
+            raise ValueError("a dataset needs exactly one of path and generator")
+        return self
+
+    @property
+    def source_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.generator:
+            return self.generator
+        stem = Path(self.path).name
+        for suffix in (".gz", ".jsonl", ".ndjson", ".json", ".parquet", ".pq", ".csv", ".arrow"):
+            stem = stem.removesuffix(suffix)
+        return stem
+
+
+class TaskSource(Protocol):
+    name: str
+
+    def __len__(self) -> int: ...
+
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, TaskRecord | RowError]]: ...
+
+
+class FileSource:
+    """Rows of a table turned into records by an importer."""
+
+    def __init__(self, name: str, table: Table, importer: Importer, ctx: ImportContext) -> None:
+        self.name, self.table, self.importer, self.ctx = name, table, importer, ctx
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, TaskRecord | RowError]]:
+        for index, row in self.table.rows(start, stop):
+            yield index, row if isinstance(row, RowError) else import_row(self.importer, row, index, self.ctx)
+
+
+class GeneratorSource:
+    """`size` records per epoch of a generator; record i regenerated from (seed, i, level, config)."""
+
+    def __init__(self, cfg: DatasetConfig) -> None:
+        from m1flow.data import generators
+
+        self.cfg, self.name = cfg, cfg.source_name
+        family, _, suffix = cfg.generator.partition(":")
+        generators.GENERATORS.get(family)  # unknown generator: ValueError naming the known ones
+        if family == "rg":
+            from m1flow.data.specs import check_rg_task
+
+            try:
+                check_rg_task(suffix)
+            except SpecError as exc:
+                raise ValueError(f"generator {cfg.generator!r}: {exc.why}") from None
+        self._generate = generators.generate
+
+    def __len__(self) -> int:
+        return self.cfg.size
+
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, TaskRecord | RowError]]:
+        cfg = self.cfg
+        for index in range(start, cfg.size if stop is None else min(stop, cfg.size)):
+            try:
+                record = self._generate(cfg.generator, cfg.seed, index, cfg.level, cfg.config)
+            except SpecError as exc:
+                yield index, RowError(f"generator:{cfg.generator}", index, exc.field, exc.why)
+                continue
+            except (ValueError, KeyError, TypeError) as exc:
+                yield index, RowError(f"generator:{cfg.generator}", index, "generator", repr(exc))
+                continue
+            update: dict[str, Any] = {}
+            if cfg.name and record.source != cfg.name:
+                update["source"] = cfg.name
+            if cfg.domain:
+                update["domain"] = cfg.domain
+            yield index, record.model_copy(update=update) if update else record
+
+
+def open_source(cfg: DatasetConfig) -> TaskSource:
+    """The configured source; an unreadable file raises TableError, an unknown name ValueError."""
+    if cfg.generator:
+        return GeneratorSource(cfg)
+    table = open_table(cfg.path, cfg.format)
+    ctx = ImportContext(source=cfg.source_name, path=str(cfg.path), kinds=cfg.kinds, domain=cfg.domain)
+    return FileSource(cfg.source_name, table, IMPORTERS.get(cfg.importer), ctx)

@@ -1,0 +1,98 @@
+"""The task record: one per row of any dataset or generator, and the errors that name a bad row.
+
+Why one record: every source (a verl parquet, a JSONL, a HF directory, a generator) ends as the same
+`TaskRecord`, so the prompt source, `m1flow data validate` and the tests turn rows into prompts one
+way (`to_prompt`). A record is checked when it is built: its verifier kind must be known and its
+spec must match that kind's schema (m1flow/data/specs.py), so a missing gold fails at the row that
+lacks it, never as a silently wrong reward later.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from m1flow.bus import codec
+from m1flow.contracts import events
+
+
+class SpecError(Exception):
+    """A record whose verifier does not fit its kind: `field` names the part, `why` says what is wrong.
+
+    Not a ValueError on purpose: pydantic lets it through unwrapped, so the field survives."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field, self.why = field, why
+
+
+class RowError(Exception):
+    """A bad row: which file, which row (counted from 0), which field and why."""
+
+    def __init__(self, path: str, row: int, field: str, why: str) -> None:
+        super().__init__(f"{path}:{row}: {field}: {why}")
+        self.path, self.row, self.field, self.why = str(path), row, field, why
+
+    def __reduce__(self):  # picklable, for worker processes
+        return RowError, (self.path, self.row, self.field, self.why)
+
+
+class Verifier(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description='"arith", "math", "logic:<family>", "code", "swe", "genrm", "rg:<task>"')
+    gold: str = Field("", description="the gold answer (arith, math); a reference answer or solution (others)")
+    spec: dict[str, Any] = Field(default_factory=dict, description="kind-specific structure (docs/tasks.md)")
+    payload_uri: str = Field("", description="task store reference (an SWE repository snapshot)")
+
+    @property
+    def family(self) -> str:
+        """The kind before ':' ("logic:sudoku" -> "logic"): what svc_reward dispatches on."""
+        return self.kind.split(":", 1)[0]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class TaskRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(description='unique within the source; the prompt id is f"{source}/{id}"')
+    source: str = Field(description='dataset or generator name, e.g. "gsm8k", "humaneval", "rg:leg_counting"')
+    domain: Literal["reasoning", "general"] = "reasoning"
+    prompt: str | list[Message]
+    verifier: Verifier
+    difficulty: float | None = None
+    license: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskRecord":
+        if isinstance(self.prompt, list) and not any(m.role == "user" for m in self.prompt):
+            raise SpecError("prompt", "the chat messages hold no user turn")
+        if not self.prompt:
+            raise SpecError("prompt", "empty")
+        from m1flow.data.specs import check_verifier
+
+        check_verifier(self.verifier)
+        return self
+
+    @property
+    def text(self) -> str:
+        """The user turn: the prompt itself, or the last user message of a chat prompt."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return next(m.content for m in reversed(self.prompt) if m.role == "user")
+
+    def to_prompt(self, group_size: int, run_id: str = "local", prompt_id: str | None = None) -> events.Prompt:
+        """The `Prompt` published on `prompts`: spec as sorted JSON, task type = the kind before ':'."""
+        messages = [events.ChatMessage(role=m.role, content=m.content) for m in self.prompt] \
+            if isinstance(self.prompt, list) else []
+        spec = events.VerifierSpec(kind=self.verifier.kind, gold=self.verifier.gold,
+                                   spec_json=json.dumps(self.verifier.spec, sort_keys=True),
+                                   payload_uri=self.verifier.payload_uri)
+        return events.Prompt(header=codec.header("source", run_id=run_id),
+                             prompt_id=prompt_id or f"{self.source}/{self.id}", task_type=self.verifier.family,
+                             text=self.text, verifier=spec, group_size=group_size, source=self.source,
+                             domain=self.domain, messages=messages)

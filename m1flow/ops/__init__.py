@@ -1,0 +1,1 @@
+"""Operator tools: command-line subcommands and what they start (may import services' client modules)."""
