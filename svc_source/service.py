@@ -91,6 +91,7 @@ class SourceService(Service):
         self.cursors = [Cursor(src, cfg.seed, cfg.block_rows, cfg.max_epochs,
                                at[src.name].epoch if src.name in at else 0,
                                at[src.name].position if src.name in at else 0) for src in opened]
+        self.where = {src.name: d.path or d.generator for src, d in zip(opened, cfg.sources)}  # for bad-row letters
         self.skip = published_since(cfg.bootstrap, self._topic(PROMPTS.name), self.state_key, self.draws, cfg.scan_back)
         log.info("resuming at draw %s (%s); %s draws past it already on `prompts`", self.draws,
                  ", ".join(f"{c.name} e{c.epoch}@{c.position}/{c.n}" for c in self.cursors), len(self.skip))
@@ -146,7 +147,7 @@ class SourceService(Service):
                     if isinstance(item, Exception):
                         raise item
                     prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
-                                              path=str(getattr(cursor.source, "path", "") or cursor.name), row=row))
+                                              path=self.where[cursor.name], row=row))
                 except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
                     letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
                     metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
