@@ -17,7 +17,8 @@ from m1flow.runtime import health
 from m1flow.runtime.service import ready_file
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICES = ("sandbox", "reward", "learner", "rollout", "monitor")
+SERVICES = ("sandbox", "reward", "learner", "rollout", "source", "monitor")
+ON_DEMAND = ("source",)  # started only when configured (Stack.configured)
 
 
 @dataclass

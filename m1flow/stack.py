@@ -4,11 +4,12 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
-from m1flow.launcher import SERVICES, ServiceProcess, launch
+from m1flow.launcher import ON_DEMAND, SERVICES, ServiceProcess, launch
 from m1flow.warmstart import WarmStartConfig, warm_started_policy
 
 
@@ -54,6 +55,13 @@ class Stack:
                 args += ["--sandbox-address", sandbox.grpc_address]
         return args
 
+    def configured(self, name: str) -> bool:
+        """Whether a service runs in this stack: the on-demand ones (the prompt source) only when
+        given settings (flags here, or its `M1FLOW_SOURCES` in the environment)."""
+        if name not in ON_DEMAND:
+            return True
+        return bool(self.service_args.get(name)) or f"M1FLOW_{name.upper()}S" in os.environ
+
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
         proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
                       run_id=self.run_id, wait=wait)
@@ -67,7 +75,8 @@ class Stack:
             self.start_broker()
             if with_demo_policy:
                 self.initial_policy()
-            for name in services:  # sandbox before reward, learner (announces v0) before rollout
+            for name in (s for s in services if self.configured(s)):  # sandbox before reward, learner
+                # (announces v0) before rollout, the source after both (the learner's batch sizes its lead)
                 started = [self.start_service(name, i, wait=False) for i in range(self.replicas[name])]
                 for proc in started:
                     proc.wait_ready()

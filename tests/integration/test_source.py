@@ -151,3 +151,33 @@ def test_a_source_that_cannot_be_opened_stops_the_service_with_one_line(tmp_path
     with pytest.raises(RuntimeError, match=r"exited with [1-9]") as err:
         launch("source", tmp_path, bootstrap, args, run_id="unreadable")
     assert "cannot be opened" in str(err.value) and "missing.jsonl" in str(err.value)
+
+
+def test_a_dataset_and_a_generator_fed_through_the_source_are_scored_and_trained_on(tmp_path):
+    """The loop with the source in front: a JSONL file and the arith generator, interleaved by
+    weight, sampled by the rollout service, scored by the reward service, trained on by the learner."""
+    from m1flow.stack import Stack
+    from tests.integration.helpers import policy_versions, scored_by_group
+
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"id": f"s{i}", "source": "sums", "prompt": f"{i}+{i}=",
+                                        "verifier": {"kind": "arith", "gold": str(2 * i)}}) + "\n" for i in range(8)))
+    settings = tmp_path / "sources.json"
+    settings.write_text(json.dumps({"sources": [{"path": str(data), "name": "sums"},
+                                                {"generator": "arith", "size": 8, "seed": 2}],
+                                    "max_epochs": 1, "group_size": 4, "lead_steps": 2}))
+    stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", "4", "--algorithm", '{"dynamic_sampling": false}'],
+                                          "rollout": ["--max-ahead-versions", "0"],
+                                          "source": ["--config", str(settings)]})
+    try:
+        stack.start(services=("learner", "reward", "rollout", "source"))
+        wait_for(lambda: len(scored_by_group(stack.bootstrap)) >= 16, 240, "all 16 groups scored")
+        wait_for(lambda: max(policy_versions(stack.bootstrap)) >= 3, 120, "three policy versions")
+        scored = scored_by_group(stack.bootstrap)
+        sources = sorted({v[0]["prompt_id"].split("/")[0] for v in scored.values()})
+        assert sources == ["arith", "sums"]
+        assert sorted(v[0]["prompt_id"] for v in scored.values() if v[0]["prompt_id"].startswith("sums/")) == \
+            sorted(f"sums/s{i}" for i in range(8))
+        assert all(len(v) == 1 and len(v[0]["samples"]) == 4 for v in scored.values())
+    finally:
+        stack.stop()
