@@ -181,3 +181,25 @@ def test_a_dataset_and_a_generator_fed_through_the_source_are_scored_and_trained
         assert all(len(v) == 1 and len(v[0]["samples"]) == 4 for v in scored.values())
     finally:
         stack.stop()
+
+
+def test_feed_dataset_publishes_a_file_once_through_the_same_record_path(tmp_path, bootstrap):
+    import subprocess
+    import sys
+
+    from m1flow.launcher import ROOT
+
+    data = tmp_path / "feedme.jsonl"
+    rows = [{"id": f"f{i}", "source": "feedme", "prompt": f"{i}*2=", "verifier": {"kind": "arith", "gold": str(2 * i)}}
+            for i in range(4)]
+    data.write_text("\n".join([json.dumps(r) for r in rows[:2]] + ["{broken"] + [json.dumps(r) for r in rows[2:]]) + "\n")
+    before = end_offsets(bootstrap, "prompts")
+    out = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", bootstrap, "feed", "--dataset", str(data),
+                          "--n", "4", "--group-size", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert "published 3 prompts" in out.stdout and "1 bad rows sent to dlq" in out.stdout
+    fed = [r["value"] for r in read_range(bootstrap, "prompts")
+           if r["offset"] >= before.get(r["partition"], 0) and r["value"]["prompt_id"].startswith("feedme/")]
+    assert sorted(v["prompt_id"] for v in fed) == ["feedme/f0", "feedme/f1", "feedme/f2"]  # the first 4 rows, one bad
+    assert all(v["source"] == "feedme" and v["group_size"] == 2 and v["verifier"]["gold"] for v in fed)
