@@ -1,14 +1,21 @@
-"""The prompt source: generated tasks published on `prompts`."""
+"""The prompt source: tasks published on `prompts`, from the arithmetic generator or from task
+records (m1flow.data) through the one record -> Prompt path svc_source and `m1flow feed` share."""
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from m1flow.bus import Producer, codec
-from m1flow.bus.topics import PROMPTS
+from m1flow.bus.topics import DLQ, PROMPTS
 from m1flow.contracts import events
 from m1flow.tasks.arith import ArithProblem
 from m1flow.task_store import TaskStore
+
+if TYPE_CHECKING:
+    from m1flow.data.dataset import DatasetConfig
+    from m1flow.data.record import TaskRecord
 
 
 def arith_prompt(problem: ArithProblem, group_size: int, run_id: str = "local") -> events.Prompt:
@@ -33,3 +40,70 @@ def swe_verifier_spec(store: TaskStore, repo_tar: bytes, fail_to_pass: Sequence[
     """
     spec = {"fail_to_pass": list(fail_to_pass), "pass_to_pass": list(pass_to_pass), **options}
     return events.VerifierSpec(kind="swe", spec_json=json.dumps(spec), payload_uri=store.put(repo_tar))
+
+
+# ---- task records (m1flow.data) -> prompts: one path for svc_source and `m1flow feed --dataset` ----
+class BadRow(ValueError):
+    """A row that cannot become a prompt: where it is and why (str: 'path:row: field: why')."""
+
+    def __init__(self, path: str, row: int, field: str, why: str) -> None:
+        super().__init__(f"{path}:{row}: {field}: {why}")
+        self.path, self.row, self.field, self.why = path, row, field, why
+
+
+def message_id_for(stream: str, source: str, epoch: int, position: int) -> str:
+    """Deterministic in (stream, source, epoch, position): a row published twice (a restart inside
+    the lead) carries one id, which consumers dedupe; another epoch of the same row does not."""
+    return hashlib.sha1(f"{stream}|{source}|{epoch}|{position}".encode()).hexdigest()[:32]
+
+
+def prompt_for(record: "TaskRecord", group_size: int, run_id: str, origin: events.SourceCursor | None = None,
+               path: str = "", row: int = -1) -> events.Prompt:
+    """The Prompt of one task record (checked when it was built: its kind known, its gold present),
+    stamped with where it was drawn; BadRow when it still cannot become a prompt."""
+    try:
+        prompt = record.to_prompt(group_size, run_id=run_id)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise BadRow(path or record.source, row, "prompt", str(exc)) from exc
+    if not prompt.text:
+        raise BadRow(path or record.source, row, "prompt", "empty: no user turn")
+    if origin is not None:
+        prompt.origin.CopyFrom(origin)
+        prompt.header.message_id = message_id_for(origin.stream, origin.source, origin.epoch, origin.position)
+    return prompt
+
+
+def row_letter(error: Exception, source: str, row: int, epoch: int, service: str, group: str,
+               run_id: str = "local") -> events.DeadLetter:
+    """The dead letter of a bad row: `source_topic` names the source ('source:<name>'), `offset` the
+    row, `error` the file, row, field and why; one id per (source, epoch, row), so a row met again
+    after a restart is not lettered twice."""
+    return events.DeadLetter(
+        header=codec.header(service, run_id=run_id, message_id=f"dlq:{group}:{source}:{epoch}:{row}"),
+        source_topic=f"source:{source}", partition=epoch, offset=row, error=str(error), service=service,
+        consumer_group=group)
+
+
+def publish_dataset(producer: Producer, cfg: "DatasetConfig", n: int | None, group_size: int,
+                    run_id: str = "local") -> tuple[list[str], list[str]]:
+    """`m1flow feed --dataset`: the first n rows in file order, published and acknowledged; bad rows
+    go to `dlq`. Returns (prompt ids, bad-row reasons)."""
+    from m1flow.data.dataset import open_source
+    from m1flow.data.record import RowError
+
+    source = open_source(cfg)
+    stop = len(source) if n is None else min(n, len(source))
+    ids, bad = [], []
+    for row, item in source.records(0, stop):
+        try:
+            if isinstance(item, Exception):
+                raise item
+            prompt = prompt_for(item, group_size, run_id, path=cfg.path or source.name, row=row)
+        except (ValueError, RowError) as exc:
+            producer.send(DLQ, f"source:{source.name}", row_letter(exc, source.name, row, 0, "feed", "m1flow-feed", run_id))
+            bad.append(str(exc))
+            continue
+        producer.send(PROMPTS, prompt.prompt_id, prompt)
+        ids.append(prompt.prompt_id)
+    producer.flush()
+    return ids, bad

@@ -29,11 +29,10 @@ import math
 import time
 from collections.abc import Mapping
 
-from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
 
+from m1flow.bus.lag import GroupLag
 from m1flow.bus.topics import ROLLOUTS, SCORED
-from m1flow.security.config import kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
 STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average
@@ -44,31 +43,16 @@ class Backlog:
 
     def __init__(self, bootstrap: str, reward_group: str, learner_group: str) -> None:
         self.reward_group, self.learner_group = reward_group, learner_group
-        self.admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog",
-                                      request_timeout_ms=10_000)
-        self.consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id="m1flow-rollout-backlog")
+        self.groups = GroupLag(bootstrap, "m1flow-rollout-backlog")
 
     def lags(self) -> tuple[int | None, int | None]:
         """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed
         (None: that consumer group has never committed there)."""
-        return self._lag(self.reward_group, ROLLOUTS.name), self._lag(self.learner_group, SCORED.name)
-
-    def _lag(self, group: str, topic: str) -> int | None:
-        """None for a group that never committed on the topic, or whose coordinator does not answer."""
-        try:
-            offsets = self.admin.list_group_offsets({group: None}).get(group, {})
-        except KafkaError as exc:
-            log.debug("no committed offsets for %s: %s", group, exc)
-            return None
-        committed = {tp: meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset >= 0}
-        if not committed:
-            return None
-        ends = self.consumer.end_offsets(list(committed)) if committed else {}
-        return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
+        return (self.groups.lag(self.reward_group, ROLLOUTS.name),
+                self.groups.lag(self.learner_group, SCORED.name))
 
     def close(self) -> None:
-        self.admin.close()
-        self.consumer.close()
+        self.groups.close()
 
 
 class Backpressure:

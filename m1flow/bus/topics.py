@@ -35,8 +35,11 @@ POLICY = TopicSpec("policy", events.PolicyVersion, "constant", partitions=1, com
 CONTROL = TopicSpec("control", events.Control, "command", partitions=1)
 METRICS = TopicSpec("metrics", events.Metric, "service", partitions=2)
 DLQ = TopicSpec("dlq", events.DeadLetter, "source topic", partitions=1)
+# Where svc_source stands in its datasets; compacted, so the newest state per key survives forever.
+SOURCE_STATE = TopicSpec("source_state", events.SourceState, "state key (run/group)", partitions=1, compacted=True,
+                         config={"segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"})
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ)
+ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ, SOURCE_STATE)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL_TOPICS}
 
 POLICY_KEY = b"policy"

@@ -162,8 +162,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     from m1flow.ops.demo import warmstart_for
 
+    service_args = {"rollout": ["--engine", args.engine]}
+    if args.sources:  # the prompt source runs only when given its datasets
+        service_args["source"] = ["--config", str(Path(args.sources).resolve())]
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
-                  service_args={"rollout": ["--engine", args.engine]}, secure=args.secure)
+                  service_args=service_args, secure=args.secure)
     supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
                             say=lambda line: print(line, flush=True))
     print(f"m1flow up: run dir {stack.run_dir}; starting broker and services ...", flush=True)
@@ -210,12 +213,32 @@ def cmd_feed(args: argparse.Namespace) -> int:
     from m1flow.warmstart import WarmStartConfig
 
     producer = Producer(_bootstrap(args), "feed")
+    if args.dataset:
+        return _feed_dataset(args, producer)
+    args.n = 64 if args.n is None else args.n
     prefix = args.prefix or f"feed-{uuid.uuid4().hex[:8]}"  # fresh ids even when a seed is fed twice
     ids = publish(producer, problems(seed=args.seed, n=args.n, max_operand=WarmStartConfig().max_operand,
                                      prefix=prefix),
                   group_size=args.group_size, run_id=args.run_id)
     producer.close()
     print(f"published {len(ids)} prompts ({ids[0]} .. {ids[-1]})" if ids else "published 0 prompts")
+    return 0
+
+
+def _feed_dataset(args: argparse.Namespace, producer) -> int:  # noqa: ANN001 - m1flow.bus.Producer
+    """A one-shot publish of a file's first rows, in file order, through svc_source's record path."""
+    from m1flow.data.dataset import DatasetConfig
+    from m1flow.source import publish_dataset
+
+    try:
+        ids, bad = publish_dataset(producer, DatasetConfig(path=args.dataset), args.n, args.group_size, args.run_id)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"feed --dataset {args.dataset}: {exc}") from None
+    finally:
+        producer.close()
+    for reason in bad[:5]:
+        print(f"skipped (sent to dlq): {reason}", file=sys.stderr)
+    print(f"published {len(ids)} prompts from {args.dataset}" + (f"; {len(bad)} bad rows sent to dlq" if bad else ""))
     return 0
 
 
@@ -268,6 +291,8 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--keep-broker", action="store_true", help="leave the broker running on exit")
     u.add_argument("--secure", action="store_true",
                    help="TLS with a certificate per service and least-privilege ACLs (docs/security.md)")
+    u.add_argument("--sources", help="a YAML/JSON file of svc_source settings (a `sources:` list of datasets "
+                                     "and generators); starts the prompt source")
     u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
     _model_flags(u)
     u.set_defaults(func=cmd_up)
@@ -287,8 +312,9 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("service_args", nargs=argparse.REMAINDER)
     v.set_defaults(func=cmd_svc)
 
-    f = sub.add_parser("feed", help="publish generated arithmetic prompts on `prompts`")
-    f.add_argument("--n", type=int, default=64)
+    f = sub.add_parser("feed", help="publish generated arithmetic prompts, or a dataset's rows, on `prompts`")
+    f.add_argument("--n", type=int, default=None, help="how many (default: 64 arithmetic prompts, or the whole file)")
+    f.add_argument("--dataset", help="a dataset file (jsonl, parquet, csv) or HF directory, published in file order")
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--group-size", type=int, default=8)
     f.add_argument("--run-id", default="local")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 class Service:
     name: str  # `m1flow svc NAME`, `--replicas NAME=N`, process and log names, chaos targets
     cluster_chaos: bool = True  # `docker kill`ed by the cluster's chaos run (the local one hits every service)
+    on_demand: bool = False  # started only when given its settings (the prompt source: its datasets)
 
     @property
     def module(self) -> str:
@@ -31,10 +32,12 @@ SERVICES: tuple[Service, ...] = (
     Service("reward"),
     Service("learner"),
     Service("rollout"),
+    Service("source", cluster_chaos=False, on_demand=True),  # after the learner: its batch sizes the lead
     Service("monitor", cluster_chaos=False),  # observes the loop; the cluster's chaos breaks the loop itself
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in SERVICES)
 BY_NAME: dict[str, Service] = {s.name: s for s in SERVICES}
+ON_DEMAND: tuple[str, ...] = tuple(s.name for s in SERVICES if s.on_demand)
 
 
 def service(name: str) -> Service:

@@ -4,13 +4,14 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
 from m1flow.ops.acls import apply_acls
 from m1flow.ops.launcher import ServiceProcess, launch
-from m1flow.ops.services import NAMES
+from m1flow.ops.services import NAMES, ON_DEMAND
 from m1flow.security import config as security
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import CertificateAuthority, signing_key
@@ -81,6 +82,13 @@ class Stack:
                 args += ["--sandbox-address", sandbox.grpc_address]
         return args
 
+    def configured(self, name: str) -> bool:
+        """Whether a service runs in this stack: the on-demand ones (the prompt source) only when
+        given settings (flags here, or its `M1FLOW_SOURCES` in the environment)."""
+        if name not in ON_DEMAND:
+            return True
+        return bool(self.service_args.get(name)) or f"M1FLOW_{name.upper()}S" in os.environ
+
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
         proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
                       run_id=self.run_id, wait=wait, env=self.identity_env(name))
@@ -94,7 +102,8 @@ class Stack:
             self.start_broker()
             if with_demo_policy:
                 self.initial_policy()
-            for name in services:  # sandbox before reward, learner (announces v0) before rollout
+            for name in (s for s in services if self.configured(s)):  # sandbox before reward, learner
+                # (announces v0) before rollout, the source after both (the learner's batch sizes its lead)
                 started = [self.start_service(name, i, wait=False) for i in range(self.replicas[name])]
                 for proc in started:
                     proc.wait_ready()

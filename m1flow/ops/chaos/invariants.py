@@ -118,3 +118,17 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     report.numbers.update(prompts=len(prompt_ids), scored_groups=len(scored), applied=len(applied),
                           newest_version=state.version if state else 0, dead_letters=len(letters))
     return report
+
+
+def check_source(report: Report, bootstrap: str, stream: str, rows: int, lead: int) -> None:
+    """The prompt source, from `prompts`: one epoch of `rows` drawn with every position present (none
+    lost) and repeats no more than `lead` (the batches its faults could cut)."""
+    positions: Counter = Counter()
+    for rec in read_range(bootstrap, "prompts"):
+        origin = rec.get("value", {}).get("origin", {})
+        if origin.get("stream") == stream:
+            positions[(int(origin.get("epoch", 0)), int(origin.get("position", 0)))] += 1
+    lost = [p for p in range(rows) if (0, p) not in positions]
+    repeats = sum(n - 1 for n in positions.values())
+    report.add("the source lost no position, repeated none beyond its lead", not lost and repeats <= lead,
+               f"{len(positions)}/{rows} positions of epoch 0, {len(lost)} lost, {repeats} repeats (allowed {lead})")

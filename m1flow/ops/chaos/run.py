@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from m1flow.bus.admin import end_offsets
 from m1flow.ops import ROOT
 from m1flow.ops.chaos.faults import READERS, Fault, Injected, Injector, plan
-from m1flow.ops.chaos.invariants import Report, check
+from m1flow.ops.chaos.invariants import Report, check, check_source
 from m1flow.ops.services import NAMES
 
 
@@ -27,7 +27,8 @@ class ChaosConfig(BaseModel):
     run_dir: Path = Path("run/chaos")
     seed: int = 1
     cycles: int = Field(2, ge=1, description="rounds of faults; each hits every service, the broker, the input")
-    prompts: int = Field(240, ge=1, description="prompts fed before the faults start")
+    prompts: int = Field(240, ge=1, description="prompts the source publishes (one epoch of an arith generator)")
+    source_lead_steps: float = Field(4.0, gt=0, description="the source's lead, in learner batches")
     group_size: int = 4
     batch_groups: int = 4
     spacing_s: float = Field(12.0, gt=0, description="mean gap between two faults")
@@ -113,7 +114,10 @@ class ChaosRun:
         """`m1flow up` in the background; returns the bootstrap once every service is up."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.run_dir / "up.out", "ab")
+        sources = self.run_dir / "sources.json"
+        sources.write_text(json.dumps(self.source_settings()))
         self.up = subprocess.Popen([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), "up",
+                                    "--sources", str(sources),
                                     "--restart-policy", json.dumps({"unhealthy_restart_s": 60, "backoff_max_s": 8})],
                                    cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -130,19 +134,23 @@ class ChaosRun:
         path = self.run_dir / "up.out"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
-    def feed(self) -> set[str]:
-        prefix = f"chaos{self.cfg.seed}"
-        out = self.m1flow("feed", "--n", str(self.cfg.prompts), "--seed", str(self.cfg.seed), "--prefix", prefix,
-                          "--group-size", str(self.cfg.group_size), timeout=300)
-        if out.returncode:
-            raise RuntimeError(f"feed failed: {out.stderr}")
-        return {f"{prefix}-{self.cfg.seed}-{i}" for i in range(self.cfg.prompts)}
+    def source_settings(self) -> dict:
+        """svc_source publishes the run's prompts: one epoch of the arith generator, a lead ahead."""
+        return {"sources": [{"generator": "arith", "size": self.cfg.prompts, "seed": self.cfg.seed}],
+                "max_epochs": 1, "lead_steps": self.cfg.source_lead_steps, "publish_batch": 16}
+
+    def expected_prompts(self) -> set[str]:
+        """The prompt ids the source will publish, from the same generator (m1flow.data)."""
+        from m1flow.data.dataset import DatasetConfig, open_source
+
+        source = open_source(DatasetConfig(**self.source_settings()["sources"][0]))
+        return {record.to_prompt(1).prompt_id for _, record in source.records()}
 
     def run(self) -> Report:
         cfg = self.cfg
         try:
             bootstrap = self.start()
-            prompt_ids = self.feed()
+            prompt_ids = self.expected_prompts()
             watcher = Watcher(bootstrap, self.run_dir)
             watcher.start()
             injector = Injector(self.run_dir, bootstrap)
@@ -156,6 +164,8 @@ class ChaosRun:
             self.settle(bootstrap, prompt_ids, watcher)
             watcher.stop()
             report = check(bootstrap, self.run_dir, prompt_ids, injector.log.bad_records, READERS, cfg.batch_groups)
+            kills = sum(1 for e in injector.log.entries if e.fault.target == "source")
+            check_source(report, bootstrap, "local/m1flow-source", cfg.prompts, kills * 16)
             report.add("SIGTERM to `m1flow up` stops everything", *self.terminate())
             self.say(timeline(injector.log.entries, watcher, t0))
             self.say(self.restarts())

@@ -1,0 +1,35 @@
+"""Settings of the prompt source service."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from m1flow.data.dataset import DatasetConfig
+from m1flow.runtime.config import ServiceConfig
+
+
+class SourceConfig(ServiceConfig):
+    """svc_source: draws prompts from the configured datasets and generators, a bounded lead ahead
+    of the rollout service."""
+
+    sources: list[DatasetConfig] = Field(
+        default_factory=list, description="the datasets and generators drawn from, each with its weight "
+                                          "(m1flow.data.dataset.DatasetConfig: path or generator, seed, ...)")
+    seed: int = Field(0, description="seeds the shuffle of every epoch and the weighted interleave")
+    group_size: int = Field(8, ge=1, description="completions per prompt, stamped on each Prompt")
+    max_epochs: int = Field(0, ge=0, description="epochs of each source before it is exhausted; 0: forever")
+    block_rows: int = Field(4096, ge=1, description="shuffle block: rows read and held at once per source")
+    lead_steps: float = Field(2.0, ge=0, description="publish while the prompts the rollout group has not "
+                                                     "committed stay under this many learner batches; 0: no limit")
+    batch_groups: int = Field(16, ge=1, description="groups per learner step until `policy` announces it")
+    rollout_group: str = Field("m1flow-rollout", description="consumer group of the rollout service (its lag counts)")
+    publish_batch: int = Field(64, ge=1, description="prompts per acknowledged batch (and per state record)")
+    lag_refresh_s: float = Field(0.5, gt=0, description="how often the rollout group's lag is read")
+    scan_back: int = Field(2000, ge=0, description="on start, records per `prompts` partition read back to find "
+                                                   "prompts published after the last state record")
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value

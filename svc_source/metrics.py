@@ -1,0 +1,12 @@
+"""The source on /metrics: what it published, where it stands in each source, its lead, bad rows."""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+PUBLISHED = Counter("m1flow_source_prompts_total", "prompts published", ["source"])
+BAD_ROWS = Counter("m1flow_source_bad_rows_total", "rows skipped and dead-lettered", ["source", "reason"])
+EPOCH = Gauge("m1flow_source_epoch", "the epoch each source is in", ["source"])
+POSITION = Gauge("m1flow_source_position", "the next row's index in the epoch's order", ["source"])
+DRAWS = Gauge("m1flow_source_draws", "prompts drawn from the mixture so far (bad rows included)")
+OUTSTANDING = Gauge("m1flow_source_outstanding", "prompts published and not committed by the rollout group")
+LEAD_LIMIT = Gauge("m1flow_source_lead_limit", "prompts allowed outstanding (lead_steps x batch_groups; -1: none)")
