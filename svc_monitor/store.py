@@ -255,18 +255,16 @@ class Store:
 
         accuracy counts verdicts only (correct among the samples judged; None when none was): a
         partial-credit reward of 0.5 is reward, never half a correct answer. samples_per_min is the
-        source's samples over the minutes between the first and last group of that version stored
-        (any source, so the sources add up to the version's throughput); None under two arrival times.
+        source's samples over the minutes the version was the newest policy (see `version_minutes`),
+        so the sources add up to the version's throughput; None when that time is unknown.
         """
         g = GroupRow
         keys = [g.policy_version, g.source, *([g.kind] if kinds else [])]
         query = (select(*keys, func.count(), func.sum(g.samples), func.sum(g.reward_sum), func.sum(g.correct),
                         func.sum(g.judged), func.sum(g.length_sum)).group_by(*keys).order_by(*keys))
-        spans = (select(g.policy_version, func.min(g.ts_ms), func.max(g.ts_ms))
-                 .where(g.ts_ms > 0).group_by(g.policy_version))  # rows from before 0002 have no time
         with Session(self.engine) as session:
             rows = session.execute(query).all()
-            minutes = {v: (hi - lo) / 60_000 for v, lo, hi in session.execute(spans).all()}
+        minutes = self.version_minutes()
         out = []
         for v, source, *kind, n, s, r, c, j, length in rows:
             span = minutes.get(v, 0.0)
@@ -275,6 +273,17 @@ class Store:
                         "judged": j, "mean_length": length / max(s, 1),
                         "samples_per_min": s / span if span > 0 else None})
         return out
+
+    def version_minutes(self) -> dict[int, float]:
+        """How long each version that scored groups was the newest policy: from its announcement on
+        `policy` to the next version's (the newest: to its last group stored); a version whose
+        announcement is not stored falls back to the first (last) of its groups stored."""
+        g = GroupRow
+        with Session(self.engine) as session:
+            announced = dict(session.execute(select(PolicyRow.version, PolicyRow.ts_ms)).all())
+            seen = session.execute(select(g.policy_version, func.min(g.ts_ms), func.max(g.ts_ms))
+                                   .where(g.ts_ms > 0).group_by(g.policy_version)).all()  # before 0002: no time
+        return {v: (announced.get(v + 1, last) - announced.get(v, first)) / 60_000 for v, first, last in seen}
 
     def rollouts_since_id(self, last_id: int) -> list[tuple[int, int, int, float, int, int]]:
         """(version, length, window, nll_sum, finish, id) of rollouts stored after `last_id`, oldest first."""

@@ -15,6 +15,7 @@ from svc_monitor.config import MonitorConfig
 from svc_monitor.controller import Controller
 from svc_monitor.dashboard.figures import Figures
 from svc_monitor.report import build_report
+from svc_monitor.schema import PolicyRow
 from svc_monitor.store import Batch, Store, make_engine, migrate
 
 
@@ -63,6 +64,22 @@ def test_each_source_has_its_own_reward_accuracy_length_and_throughput(store_url
     assert rows[(1, "arith", "arith")]["accuracy"] == 0.5  # an empty source is the task type
     by_source = {(r["policy_version"], r["source"]) for r in store.by_source(kinds=False)}
     assert by_source == {(0, "gsm8k"), (0, "rg:leg_counting"), (1, "rg:leg_counting"), (1, "arith")}
+    store.close()
+
+
+def test_throughput_is_over_the_time_each_version_was_the_newest_policy(store_url):
+    store = Store(store_url)
+    fill(store)  # version 0's groups arrive over 2 minutes, version 1's at one instant
+    store.write(Batch(policies=[PolicyRow(version=0, ts_ms=1_000_000 - MINUTE),
+                                PolicyRow(version=1, ts_ms=1_000_000 + 3 * MINUTE)]))
+    rows = {(r["policy_version"], r["source"]): r for r in store.by_source(kinds=False)}
+    assert rows[(0, "gsm8k")]["samples_per_min"] == pytest.approx(4 / 4)  # v0 was the newest for 4 minutes
+    assert rows[(0, "rg:leg_counting")]["samples_per_min"] == pytest.approx(2 / 4)
+    assert rows[(1, "arith")]["samples_per_min"] is None  # v1: announced when its one burst of groups came
+    store.write(Batch(groups=[adapters.scored_group_rows(group("late", 1, "gsm8k", "math", [1.0], [True]),
+                                                         1_000_000 + 5 * MINUTE)]))
+    rows = {(r["policy_version"], r["source"]): r for r in store.by_source(kinds=False)}
+    assert rows[(1, "arith")]["samples_per_min"] == pytest.approx(2 / 2)  # newest: up to its last group
     store.close()
 
 
