@@ -30,6 +30,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import m1flow.model  # registers the hybrid model with the Auto classes
+from m1flow.model import remote_code
 from m1flow.model.modeling import CONFIG_FILE, MAX_SHARD_BYTES, WEIGHTS_FILE, WEIGHTS_INDEX
 
 STATE_FILE = "learner_state.json"
@@ -96,6 +97,8 @@ def save_policy(directory: str | Path, model: nn.Module, tokenizer: Any, tempera
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, max_shard_size=max_shard_bytes)
+    if is_hybrid(directory):  # opens in plain transformers too (trust_remote_code), as the release does
+        remote_code.install(directory, CONFIG_FILE)
     tokenizer.save_pretrained(directory, save_jinja_files=False)  # the chat template in tokenizer_config.json
     generation = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
