@@ -226,7 +226,7 @@ class MiniMaxM1ForCausalLM(MiniMaxM1PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
         hidden = self.model(input_ids, attention_mask)
-        logits = F.linear(hidden.float(), self.lm_head.weight.float())  # the fp32 head
+        logits = F.linear(_fp32(hidden), _fp32(self.lm_head.weight))  # the fp32 head (float64 for float64)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
