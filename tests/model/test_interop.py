@@ -104,7 +104,8 @@ def test_released_settings_m1flow_does_not_model_are_refused(tmp_path):
     model = MiniMaxM1ForCausalLM.from_pretrained  # the released format: m1flow's own loader
     from m1flow.model import MiniMaxM1Config
 
-    config = MiniMaxM1Config.tiny(vocab_size=V).to_dict()
+    MiniMaxM1ForCausalLM(MiniMaxM1Config.tiny(vocab_size=V, num_hidden_layers=2)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
     for key, value in (("shared_intermediate_size", 64), ("sliding_window", 16)):
         (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
         with pytest.raises(ValueError, match=key):

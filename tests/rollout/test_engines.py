@@ -74,9 +74,9 @@ def pearson_and_gap(pairs) -> tuple[float, float]:
 
 # ---- vLLM -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module", params=["qwen2", "hybrid"])
-def vllm_policy(request, qwen2_policy, hybrid_policy):
+def vllm_policy(request):
     """Each vLLM test runs on transformers' Qwen2 and on the hybrid model (the out-of-tree plugin)."""
-    return qwen2_policy if request.param == "qwen2" else hybrid_policy
+    return request.getfixturevalue(f"{request.param}_policy")
 
 
 @pytest.fixture(scope="module")
