@@ -2,10 +2,10 @@
 
 Part 1, engines side by side on the same prompts (chat-formatted arithmetic prompts, n samples each,
 temperature 1, top-p 0.95, every token's log-prob returned): vLLM and transformers' `generate` on the
-same small Qwen2, the native engine on the hybrid model of about the same size (vLLM 0.32 no longer
-runs MiniMax's architecture, and `generate` does not run ours, so the native engine has no
-same-model peer). Models are freshly initialised, so samples run to the token budget (the decode
-regime) instead of stopping after a few tokens as the warm-started ones do.
+same small Qwen2, and vLLM (the out-of-tree model, svc_rollout.engines.vllm_hybrid) and the native
+engine on the hybrid model of about the same size (`generate` does not run ours). Models are freshly
+initialised, so samples run to the token budget (the decode regime) instead of stopping after a few
+tokens as the warm-started ones do.
 
 Part 2, the same work through the rollout service (a real broker; prompts published on `prompts`,
 rollouts consumed from `rollouts`, timed from the first prompt published to the last rollout
@@ -70,6 +70,7 @@ def engines(models: dict[str, Path], texts: list[str], n: int, tokens: int) -> l
 
     plan = [("vllm", "qwen2", lambda: VllmEngine(VllmSettings(max_num_seqs=len(texts) * n), threads=1)),
             ("hf", "qwen2", lambda: HFEngine(batch_groups=len(texts), group_size=n, device="cpu")),
+            ("vllm", "minimax_m1", lambda: VllmEngine(VllmSettings(max_num_seqs=len(texts) * n), threads=1)),
             ("native", "minimax_m1", lambda: NativeEngine(batch_groups=len(texts), group_size=n, device="cpu"))]
     rows = []
     for name, arch, make in plan:

@@ -3,8 +3,11 @@
 A policy is a Hugging Face model directory: `config.json`, safetensors weights (one file, or shards
 with `model.safetensors.index.json` when large), `tokenizer.json` + `tokenizer_config.json` with the
 chat template, `generation_config.json`. Any causal LM of that form loads through transformers'
-Auto classes (the hybrid model registers itself with them), so a policy opens in vLLM, in
-transformers and in every engine here. A learner checkpoint is a policy plus what resuming needs:
+Auto classes (the hybrid model registers itself with them). A hybrid policy also carries
+self-contained modeling files and an `auto_map` (m1flow.model.remote_code), so it opens in plain
+transformers with `trust_remote_code=True` where m1flow is not installed; vLLM opens it through
+the out-of-tree model in svc_rollout.engines.vllm_hybrid. transformers' own MiniMax directories
+load as the hybrid model (m1flow.model.interop), or are refused where the two differ in meaning. A learner checkpoint is a policy plus what resuming needs:
 `optimizer.pt` and `learner_state.json` (version, step, the Kafka offsets consumed, the groups
 applied and those skipped as having nothing to teach). Checkpoints are written atomically (temp dir
 + rename), the newest K kept, and a superseded one survives a grace period for readers that were
@@ -30,6 +33,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import m1flow.model  # registers the hybrid model with the Auto classes
+from m1flow.model import interop, remote_code
 from m1flow.model.modeling import CONFIG_FILE, MAX_SHARD_BYTES, WEIGHTS_FILE, WEIGHTS_INDEX
 
 STATE_FILE = "learner_state.json"
@@ -85,8 +89,10 @@ def model_config(directory: str | Path) -> dict[str, Any]:
 
 
 def is_hybrid(directory: str | Path) -> bool:
-    """Whether the directory holds the project's hybrid lightning-attention model."""
-    return model_config(directory).get("model_type") == m1flow.model.MiniMaxM1HFConfig.model_type
+    """Whether the directory holds the hybrid lightning-attention model: m1flow's (the released
+    format) or transformers' `minimax`, which loads as m1flow's (m1flow.model.interop)."""
+    kind = model_config(directory).get("model_type")
+    return kind in (m1flow.model.MiniMaxM1HFConfig.model_type, interop.TRANSFORMERS_MODEL_TYPE)
 
 
 # ---- policies ------------------------------------------------------------------------------
@@ -96,6 +102,8 @@ def save_policy(directory: str | Path, model: nn.Module, tokenizer: Any, tempera
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, max_shard_size=max_shard_bytes)
+    if is_hybrid(directory):  # opens in plain transformers too (trust_remote_code), as the release does
+        remote_code.install(directory, CONFIG_FILE)
     tokenizer.save_pretrained(directory, save_jinja_files=False)  # the chat template in tokenizer_config.json
     generation = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -106,11 +114,15 @@ def save_policy(directory: str | Path, model: nn.Module, tokenizer: Any, tempera
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                trainable: bool = False) -> nn.Module:
-    """Any causal LM directory through AutoModelForCausalLM; frozen and in eval mode unless trainable."""
+    """Any causal LM directory through AutoModelForCausalLM (transformers' MiniMax as m1flow's hybrid);
+    frozen and in eval mode unless trainable."""
     directory = Path(directory)
     if not (directory / CONFIG_FILE).exists():
         raise PolicyLoadError(f"{directory} is not a model directory (no {CONFIG_FILE})")
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    if interop.is_transformers_minimax(model_config(directory)):  # as m1flow's hybrid, not transformers' class
+        model: nn.Module = m1flow.model.MiniMaxM1ForCausalLM.from_pretrained(directory, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
     model.to(device)
     model.train(trainable)
     if not trainable:

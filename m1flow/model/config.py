@@ -84,6 +84,12 @@ class MiniMaxM1Config(BaseModel):
             raise ValueError("num_experts_per_tok must be in [1, num_local_experts]")
         if self.hidden_act != "silu":
             raise ValueError(f"only silu is implemented, got {self.hidden_act!r}")
+        extra = self.model_extra or {}
+        if extra.get("shared_intermediate_size"):  # a released key, 0 in the release
+            raise ValueError(f"shared_intermediate_size={extra['shared_intermediate_size']}: "
+                             "a shared expert is not implemented (the release has none)")
+        if extra.get("sliding_window") is not None:
+            raise ValueError(f"sliding_window={extra['sliding_window']}: the release attends to the whole context")
         return self
 
     def is_softmax(self, layer_idx: int) -> bool:

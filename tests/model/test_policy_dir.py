@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from m1flow import chat, checkpoint, lm
 from m1flow.model import MiniMaxM1ForCausalLM
+from m1flow.model.remote_code import AUTO_MAP
 from m1flow.tokenizer import TokenizerConfig, build_tokenizer, tokenizer_dir
 from m1flow.warmstart import WarmStartConfig, build_model
 
@@ -68,11 +69,12 @@ def test_hybrid_model_opens_through_transformers_auto_classes(tok, tmp_path):
     config = AutoConfig.from_pretrained(tmp_path)
     assert config.model_type == "minimax_m1" and config.attn_type_list == model.config.attn_type_list
     auto = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
-    assert isinstance(auto, MiniMaxM1ForCausalLM) and auto.config == model.config
+    saved = {**model.config.to_dict(), "auto_map": AUTO_MAP}  # plus the pointer to the remote code
+    assert isinstance(auto, MiniMaxM1ForCausalLM) and auto.config.to_dict() == saved
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["architectures"] == ["MiniMaxM1ForCausalLM"] and "layernorm_mlp_alpha" in written
     fresh = AutoModelForCausalLM.from_config(config)
-    assert isinstance(fresh, MiniMaxM1ForCausalLM) and fresh.config == model.config
+    assert isinstance(fresh, MiniMaxM1ForCausalLM) and fresh.config.to_dict() == saved
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "minimax_m1"])

@@ -73,26 +73,32 @@ def pearson_and_gap(pairs) -> tuple[float, float]:
 
 
 # ---- vLLM -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["qwen2", "hybrid"])
+def vllm_policy(request):
+    """Each vLLM test runs on transformers' Qwen2 and on the hybrid model (the out-of-tree plugin)."""
+    return request.getfixturevalue(f"{request.param}_policy")
+
+
 @pytest.fixture(scope="module")
-def vllm_engine(qwen2_policy):
+def vllm_engine(vllm_policy):
     pytest.importorskip("vllm")
     from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
 
     engine = VllmEngine(VllmSettings(max_num_seqs=64, max_model_len=256), threads=1)
-    engine.load(policy(0, qwen2_policy))
+    engine.load(policy(0, vllm_policy))
     yield engine
     del engine.engine
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.95), (0.7, 0.8)])
-def test_vllm_logprobs_match_the_learner_recomputation(vllm_engine, qwen2_policy, temperature, top_p):
-    vllm_engine.load(policy(vllm_engine.version + 1, qwen2_policy))
+def test_vllm_logprobs_match_the_learner_recomputation(vllm_engine, vllm_policy, temperature, top_p):
+    vllm_engine.load(policy(vllm_engine.version + 1, vllm_policy))
     results = run(vllm_engine, PROMPTS, n=8, temperature=temperature, top_p=top_p, seed=11)
-    model = checkpoint.load_model(qwen2_policy)
+    model = checkpoint.load_model(vllm_policy)
     pairs = [pair for result in results for pair in recomputed(model, result)]
     corr, gap = pearson_and_gap(pairs)
     tokens = sum(len(a) for a, _ in pairs)
-    print(f"\nvLLM vs learner recomputation (T={temperature}, top-p={top_p}, {tokens} tokens): "
+    print(f"\nvLLM ({vllm_policy.name}) vs learner recomputation (T={temperature}, top-p={top_p}, {tokens} tokens): "
           f"Pearson of probabilities {corr:.6f}, mean |log-prob gap| {gap:.2e}")
     assert tokens > 200
     assert corr >= 0.99
@@ -106,8 +112,8 @@ def test_vllm_logprobs_match_the_learner_recomputation(vllm_engine, qwen2_policy
     assert corr >= 0.99 and diff.min() > -1e-3 and diff.max() < -math.log(top_p) + 1e-3
 
 
-def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, qwen2_policy):
-    vllm_engine.load(policy(vllm_engine.version + 1, qwen2_policy))
+def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, vllm_policy):
+    vllm_engine.load(policy(vllm_engine.version + 1, vllm_policy))
     make = lambda i, seed: GroupRequest(f"c{seed}-{i}", vllm_engine.prompt_ids(PROMPTS[i]), 4, 8, 1.0, 0.95,  # noqa: E731
                                         seed + i, 3000, 0.99)
     vllm_engine.submit(make(0, 0))
@@ -127,8 +133,8 @@ def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, qwe
                    for s in result.samples)
 
 
-def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, qwen2_policy, tmp_path):
-    loop = looping_copy(qwen2_policy, tmp_path / "loop")
+def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, vllm_policy, tmp_path):
+    loop = looping_copy(vllm_policy, tmp_path / "loop")
     vllm_engine.load(policy(vllm_engine.version + 1, loop))
     results = run(vllm_engine, PROMPTS[:4], n=4, window=40, early_stop_run=6)
     seven = vllm_engine.tokenizer.convert_tokens_to_ids("7")
@@ -140,14 +146,14 @@ def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, qwen2_policy,
     assert all(s.finish_reason == events.FINISH_REASON_LENGTH and len(s.tokens) == 20 for s in free[0].samples)
 
 
-def test_vllm_reload_changes_versions_and_outputs_in_place(vllm_engine, qwen2_policy, tmp_path):
+def test_vllm_reload_changes_versions_and_outputs_in_place(vllm_engine, vllm_policy, tmp_path):
     engine_before = vllm_engine.engine
     base = vllm_engine.version + 1
-    vllm_engine.load(policy(base, qwen2_policy))
+    vllm_engine.load(policy(base, vllm_policy))
     original = run(vllm_engine, PROMPTS[:4], seed=5)
-    vllm_engine.load(policy(base + 1, looping_copy(qwen2_policy, tmp_path / "loop")))
+    vllm_engine.load(policy(base + 1, looping_copy(vllm_policy, tmp_path / "loop")))
     changed = run(vllm_engine, PROMPTS[:4], seed=5)
-    vllm_engine.load(policy(base + 2, qwen2_policy))
+    vllm_engine.load(policy(base + 2, vllm_policy))
     restored = run(vllm_engine, PROMPTS[:4], seed=5)
     assert vllm_engine.engine is engine_before  # weights updated in place, no new engine
     assert vllm_engine.last_reload_s < 30
@@ -158,8 +164,8 @@ def test_vllm_reload_changes_versions_and_outputs_in_place(vllm_engine, qwen2_po
     assert tokens(restored) == tokens(original)
 
 
-def test_vllm_refuses_a_policy_whose_checksum_differs(vllm_engine, qwen2_policy):
-    bad = events.PolicyVersion(version=10_000, checkpoint_uri=checkpoint.uri_for(qwen2_policy), sha256="0" * 64)
+def test_vllm_refuses_a_policy_whose_checksum_differs(vllm_engine, vllm_policy):
+    bad = events.PolicyVersion(version=10_000, checkpoint_uri=checkpoint.uri_for(vllm_policy), sha256="0" * 64)
     with pytest.raises(checkpoint.PolicyLoadError):
         vllm_engine.load(bad)
     assert vllm_engine.version < 10_000
