@@ -176,9 +176,10 @@ class SourceService(Service):
             self.producer.send(PROMPTS, prompt.prompt_id, prompt)
         for letter in letters:
             self.producer.send(DLQ, letter.source_topic, letter)
-        self.producer.flush()  # the prompts are on the broker before the state says so
+        self.producer.flush()  # the prompts (and the previous batch's state) are on the broker before the state says so
+        # acknowledged by the next batch's flush (or close): one round trip a batch, not two. A kill
+        # before then resumes from the previous state and skips this batch's draws (published_since)
         self.producer.send(SOURCE_STATE, self.state_key, self.state())
-        self.producer.flush()
         self.pending = None
         for prompt in prompts:
             metrics.PUBLISHED.labels(prompt.origin.source).inc()
