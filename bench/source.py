@@ -8,8 +8,8 @@ dataset in memory (10M-row files). Each side runs in its own subprocess, so its 
   bare:   m1flow.data.readers.open_table(path).rows() in file order, every row touched (dicts)
   source: svc_source's own publishing path on a real local broker: the seeded block shuffle
           (Cursor: records(start, stop) a block at a time, the m1flow importer, TaskRecord
-          validation), prompt_for, Producer.send, flush per batch and a `source_state` record per
-          batch, exactly as the service loop does with no lead (lead_steps 0)
+          validation), prompt_for, Producer.send (the `kafka_client` default, confluent-kafka), a flush per batch
+          and a `source_state` record per batch, exactly as the service loop does with no lead (lead_steps 0)
 
 Both are measured at `--rows` and at a tenth of it: memory flat in the file's size means the two
 peaks match. Files are generated into /tmp (m1flow record form: id, source, prompt, verifier).

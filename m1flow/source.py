@@ -58,11 +58,12 @@ def message_id_for(stream: str, source: str, epoch: int, position: int) -> str:
 
 
 def prompt_for(record: "TaskRecord", group_size: int, run_id: str, origin: events.SourceCursor | None = None,
-               path: str = "", row: int = -1) -> events.Prompt:
+               path: str = "", row: int = -1, header: events.Header | None = None) -> events.Prompt:
     """The Prompt of one task record (checked when it was built: its kind known, its gold present),
-    stamped with where it was drawn; BadRow when it still cannot become a prompt."""
+    stamped with where it was drawn; BadRow when it still cannot become a prompt.
+    header: a batch's shared header (with an origin, its message id is replaced by the draw's)."""
     try:
-        prompt = record.to_prompt(group_size, run_id=run_id)
+        prompt = record.to_prompt(group_size, run_id=run_id, header=header)
     except (ValueError, TypeError, KeyError) as exc:
         raise BadRow(path or record.source, row, "prompt", str(exc)) from exc
     if not prompt.text:

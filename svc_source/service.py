@@ -84,7 +84,8 @@ class SourceService(Service):
         if len(set(names)) != len(names):
             raise SourceUnreadable(f"source: source names must be unique, got {names}")
         self.interleave = Interleave([d.weight for d in cfg.sources], cfg.seed, self.mixture_version)
-        self.producer = Producer(cfg.bootstrap, f"source-{cfg.replica}", suffix=cfg.output_suffix)
+        self.producer = Producer(cfg.bootstrap, f"source-{cfg.replica}", suffix=cfg.output_suffix,
+                                 client=cfg.kafka_client)
         state = self._resume_state()
         at = {c.source: c for c in state.cursors} if state else {}
         self.draws = state.draws if state else 0
@@ -130,6 +131,7 @@ class SourceService(Service):
         cfg = self.config
         prompts, letters = [], []
         exhausted = [c.exhausted for c in self.cursors]
+        head = codec.header(self.name, run_id=cfg.run_id)  # one per batch; each prompt's id is its draw's
         while len(prompts) + len(letters) < n:
             j = self.interleave.choice(self.draws, exhausted)
             if j is None:
@@ -147,7 +149,7 @@ class SourceService(Service):
                     if isinstance(item, Exception):
                         raise item
                     prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
-                                              path=self.where[cursor.name], row=row))
+                                              path=self.where[cursor.name], row=row, header=head))
                 except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
                     letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
                     metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
@@ -174,9 +176,10 @@ class SourceService(Service):
             self.producer.send(PROMPTS, prompt.prompt_id, prompt)
         for letter in letters:
             self.producer.send(DLQ, letter.source_topic, letter)
-        self.producer.flush()  # the prompts are on the broker before the state says so
+        self.producer.flush()  # the prompts (and the previous batch's state) are on the broker before the state says so
+        # acknowledged by the next batch's flush (or close): one round trip a batch, not two. A kill
+        # before then resumes from the previous state and skips this batch's draws (published_since)
         self.producer.send(SOURCE_STATE, self.state_key, self.state())
-        self.producer.flush()
         self.pending = None
         for prompt in prompts:
             metrics.PUBLISHED.labels(prompt.origin.source).inc()

@@ -73,9 +73,7 @@ class TaskRecord(BaseModel):
             raise SpecError("prompt", "the chat messages hold no user turn")
         if not self.prompt:
             raise SpecError("prompt", "empty")
-        from m1flow.data.specs import check_verifier
-
-        check_verifier(self.verifier)
+        _check_verifier()(self.verifier)
         return self
 
     @property
@@ -85,14 +83,30 @@ class TaskRecord(BaseModel):
             return self.prompt
         return next(m.content for m in reversed(self.prompt) if m.role == "user")
 
-    def to_prompt(self, group_size: int, run_id: str = "local", prompt_id: str | None = None) -> events.Prompt:
-        """The `Prompt` published on `prompts`: spec as sorted JSON, task type = the kind before ':'."""
+    def to_prompt(self, group_size: int, run_id: str = "local", prompt_id: str | None = None,
+                  header: events.Header | None = None) -> events.Prompt:
+        """The `Prompt` published on `prompts`: spec as sorted JSON, task type = the kind before ':'.
+        header: one built for a whole batch (the source stamps each prompt's id after), instead of
+        a fresh one (a uuid4 and a clock read) per record."""
         messages = [events.ChatMessage(role=m.role, content=m.content) for m in self.prompt] \
             if isinstance(self.prompt, list) else []
-        spec = events.VerifierSpec(kind=self.verifier.kind, gold=self.verifier.gold,
-                                   spec_json=json.dumps(self.verifier.spec, sort_keys=True),
-                                   payload_uri=self.verifier.payload_uri)
-        return events.Prompt(header=codec.header("source", run_id=run_id),
+        verifier = self.verifier
+        spec = events.VerifierSpec(kind=verifier.kind, gold=verifier.gold,
+                                   spec_json=json.dumps(verifier.spec, sort_keys=True) if verifier.spec else "{}",
+                                   payload_uri=verifier.payload_uri)
+        return events.Prompt(header=header if header is not None else codec.header("source", run_id=run_id),
                              prompt_id=prompt_id or f"{self.source}/{self.id}", task_type=self.verifier.family,
                              text=self.text, verifier=spec, group_size=group_size, source=self.source,
                              domain=self.domain, messages=messages)
+
+
+_CHECK: list = []
+
+
+def _check_verifier():
+    """specs.check_verifier, imported once (specs imports this module, so not at the top)."""
+    if not _CHECK:
+        from m1flow.data.specs import check_verifier
+
+        _CHECK.append(check_verifier)
+    return _CHECK[0]
