@@ -209,6 +209,19 @@ def learner_skips(bootstrap: str) -> dict[str, int]:
     return skips
 
 
+def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None:
+    """Seconds from the first prompt on the broker to the announcement of v`steps`, and the gaps
+    between announcements (v0 -> v1 included): the source's process start-up is not the pipeline's."""
+    from m1flow.ops.topics_io import read_range
+
+    first = min((r["timestamp_ms"] for r in read_range(bootstrap, "prompts")), default=None)
+    announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"] for r in read_range(bootstrap, "policy")}
+    if first is None or steps not in announced:
+        return None
+    marks = [first] + [announced[v] for v in range(1, steps + 1) if v in announced]
+    return (announced[steps] - first) / 1000, [(b - a) / 1000 for a, b in zip(marks, marks[1:])]
+
+
 def services(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int,
              deadline: Deadline, out: dict) -> None:
     """The services as processes, fed by svc_source, until the learner announces version `steps`.
@@ -258,6 +271,9 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
                 out["groups_scored"] = len(scored)
                 out["accuracy"] = sum(bool(s.get("correct")) for s in samples) / max(len(samples), 1)
                 policy_log = latest_version(stack.bootstrap)
+                clock = broker_clock(stack.bootstrap, steps)
+                if clock is not None:  # the broker's timestamps: first prompt to the last version's announcement
+                    out["seconds_with_start"], (out["seconds"], out["step_gaps"]) = out["seconds"], clock
                 out["dropped_stale"] = sum(int(float(v.get("stats", {}).get("samples_left_out_stale", 0)))
                                            for v in policy_log)
                 out["skips"] = learner_skips(stack.bootstrap)
@@ -291,6 +307,12 @@ def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
         print(f"\nservices: {kafka.get('groups_scored', 0)} groups scored by the end (rollouts run ahead); "
               f"learner skips by reason {kafka.get('skips', {})}; {kafka.get('dropped_stale', 0)} samples "
               "dropped as stale")
+    if kafka.get("step_gaps"):
+        gaps = kafka["step_gaps"]
+        print(f"services: clock from the first prompt on the broker to v{args.steps}'s announcement "
+              f"({kafka['seconds_with_start']:.1f}s from the source's launch, its start-up included); "
+              f"seconds per step {', '.join(f'{g:.1f}' for g in gaps)} (first: prompt to v1); in process "
+              f"{local.get('seconds', 0) / max(local.get('steps', 0), 1):.1f} s per step")
     print("\n| where the time goes | seconds | occupancy (CPU s / wall s) |")
     print("|---|---|---|")
     wall = kafka.get("wall", 0.0)
