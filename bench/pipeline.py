@@ -65,8 +65,9 @@ SEED, BLOCK = 1, 4096  # the source's shuffle: both sides draw the same records 
 DATASET = DatasetConfig(generator="arith", seed=SEED, config={"max_operand": 12})
 
 
-class Stopped(Exception):
-    """The run ends early: the deadline passed or a signal came; the reason is the message."""
+class Stopped(BaseException):
+    """The run ends early: the deadline passed or a signal came; the reason is the message. A
+    BaseException, so no `except Exception` on the way (the topic reads after a run) swallows it."""
 
 
 class Deadline:
