@@ -216,7 +216,8 @@ def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None
     from m1flow.ops.topics_io import read_range
 
     first = min((r["timestamp_ms"] for r in read_range(bootstrap, "prompts")), default=None)
-    announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"] for r in read_range(bootstrap, "policy")}
+    announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"]
+                 for r in read_range(bootstrap, "policy")}
     if first is None or steps not in announced:
         return None
     marks = [first] + [announced[v] for v in range(1, steps + 1) if v in announced]
