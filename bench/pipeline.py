@@ -132,6 +132,8 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
     phases = dict.fromkeys(("generate", "score", "train", "checkpoint + reload"), 0.0)
     out.update(steps=0, seconds=0.0, phases=phases, accuracy=0.0, skipped=0, groups_scored=0)
     correct = samples = asked = 0
+    me = psutil.Process()
+    cpu_before = cpu_seconds(me)
     started = time.perf_counter()
     try:
         for step in range(steps):
@@ -175,7 +177,8 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
                                              sha256=sha))
             phases["train"] += t_train - t
             phases["checkpoint + reload"] += time.perf_counter() - t_train
-            out.update(steps=step + 1, seconds=time.perf_counter() - started, accuracy=correct / max(samples, 1))
+            out.update(steps=step + 1, seconds=time.perf_counter() - started, accuracy=correct / max(samples, 1),
+                       cpu=cpu_seconds(me) - cpu_before)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -322,6 +325,8 @@ def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
         print(f"| svc_{name} CPU | {seconds:.1f} | {seconds / wall if wall else 0:.2f} |")
     if wall:
         print(f"| services wall | {wall:.1f} | |")
+    if local.get("seconds"):
+        print(f"| in process CPU (all phases) | {local.get('cpu', 0):.1f} | {local.get('cpu', 0) / local['seconds']:.2f} |")
     for name, seconds in local.get("phases", {}).items():
         print(f"| in process: {name} | {seconds:.1f} | |")
 
