@@ -79,16 +79,22 @@ class Deadline:
             raise Stopped(f"deadline of {self.seconds:.0f}s passed while {doing}")
 
 
-def on_signals() -> None:
-    """SIGINT/SIGTERM raise Stopped in the main thread, so every `finally` (the stack's stop) runs;
-    a second signal during the clean-up is ignored rather than cutting it short."""
+def on_signals(deadline: Deadline) -> None:
+    """SIGINT/SIGTERM, and SIGALRM at the deadline (a blocking start-up included), raise Stopped in
+    the main thread, so every `finally` (the stack's stop) runs; a second signal during the clean-up
+    is ignored rather than cutting it short."""
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+
     def stop(signum: int, _frame: Any) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in caught:
             signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGALRM:
+            raise Stopped(f"deadline of {deadline.seconds:.0f}s passed")
         raise Stopped(f"{signal.Signals(signum).name} received")
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in caught:
         signal.signal(sig, stop)
+    signal.setitimer(signal.ITIMER_REAL, deadline.seconds)
 
 
 def default_deadline(steps: int, batch: int, group: int) -> float:
@@ -342,8 +348,8 @@ def main() -> None:
                     help="stop, print what was measured and exit 2 after this many seconds "
                          "(default: 600 + 1 s per sample of the work: start-up takes minutes on 2 loaded cores)")
     args = ap.parse_args()
-    on_signals()
     deadline = Deadline(args.deadline_s or default_deadline(args.steps, args.batch, args.group))
+    on_signals(deadline)
     torch.set_num_threads(1)
     kafka: dict = {}
     local: dict = {}
@@ -359,6 +365,7 @@ def main() -> None:
     except Stopped as exc:
         reason = str(exc)
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         shutil.rmtree(home, ignore_errors=True)
         table(args, kafka, local)
         print(f"\nload average at the end {', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
