@@ -26,6 +26,7 @@ from m1flow.data.dataset import DatasetConfig
 from m1flow.data.generators import generate as generate_record
 from m1flow.data.record import TaskRecord
 from m1flow.ops.browser import save_page
+from m1flow.ops.services import NAMES
 from m1flow.ops.stack import Stack
 from m1flow.warmstart import WarmStartConfig
 from svc_monitor.client import report as monitor_report
@@ -194,10 +195,11 @@ def run_demo(cfg: DemoConfig) -> int:
     records = held_out(cfg)
     scorer = LocalScorer()
     try:
-        stack.start()
-        print(stack.status_table())
+        stack.start(services=tuple(n for n in NAMES if n != "source"))
         rollout = stack.get("rollout").grpc_address
-        before, first = evaluate(rollout, cfg, records, scorer)
+        before, first = evaluate(rollout, cfg, records, scorer)  # v0 alone: no prompt drawn yet
+        stack.start_service("source")
+        print(stack.status_table())
         monitor = stack.get("monitor").grpc_address
         dashboard = monitor_report(monitor).dashboard_url
         print(f"dashboard: {dashboard} (open it while the run goes on)")
