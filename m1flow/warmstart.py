@@ -14,7 +14,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +24,13 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from m1flow import chat, checkpoint, lm
+from m1flow.data.dataset import DatasetConfig
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
 from m1flow.tasks import arith, chain, recheck
 from m1flow.tokenizer import TokenizerConfig, build_tokenizer
+
+if TYPE_CHECKING:
+    from m1flow.data.record import TaskRecord
 
 Arch = Literal["minimax_m1", "qwen2", "llama"]
 
@@ -52,7 +56,10 @@ class WarmStartConfig(BaseModel):
     ops: str = "+-"
     label_noise: float = 0.5
     model_overrides: dict = {}
-    task: Literal["arith", "chain", "recheck"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    task: Literal["arith", "chain", "recheck", "mixture"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
+    # task mixture: noisy gold answers of these generator sources (their seeds are shifted off the ones
+    # RL draws from), each drawn by its weight, written as the source's verifier reads them
+    mixture: list[DatasetConfig] = []
     tokenizer: TokenizerConfig = TokenizerConfig()
     # task recheck (m1flow.tasks.recheck): the quick pass forgets each carry with probability
     # recheck_carry_slip; the first recheck_skill_frac of the SFT examples take the re-check at
@@ -96,9 +103,56 @@ def noisy_answer(answer: str, rng: random.Random, noise: float) -> str:
     return str(int(answer) + rng.choice((-3, -2, -1, 1, 2, 3)))
 
 
+def noisy_gold(gold: str, rng: random.Random, noise: float) -> str:
+    """A wrong answer of the gold's own form with probability `noise` (a near miss for an integer);
+    True/False flips at half that rate, so that a coin flip's labels do not carry no signal at all."""
+    if gold in ("True", "False"):
+        return ("False" if gold == "True" else "True") if rng.random() < noise / 2 else gold
+    try:
+        int(gold)
+    except ValueError:
+        return gold  # no near miss of a known form: the gold as it is
+    return noisy_answer(gold, rng, noise)
+
+
+def mixture_examples(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[tuple["TaskRecord", str]]:
+    """(record, noisy answer in the form its verifier reads), drawn from `cfg.mixture` by weight."""
+    from m1flow.data.generators import generate
+    from m1flow.data.gold import GOLD
+
+    if not cfg.mixture or any(not d.generator for d in cfg.mixture):
+        raise ValueError("warm start task 'mixture' needs `mixture`: a list of generator sources")
+    picks = rng.choices(range(len(cfg.mixture)), weights=[d.weight for d in cfg.mixture], k=n)
+    seen = [0] * len(cfg.mixture)
+    out = []
+    for i in picks:
+        d = cfg.mixture[i]
+        record = generate(d.generator, 10_000 + d.seed + cfg.seed, seen[i], d.level, d.config)
+        seen[i] += 1
+        gold = record.verifier.gold or str(record.verifier.spec.get("solution", ""))
+        wrong = record.model_copy(update={"verifier": record.verifier.model_copy(
+            update={"gold": noisy_gold(gold, rng, cfg.label_noise)})})
+        out.append((record, GOLD.get(record.verifier.family)(wrong)))
+    return out
+
+
+def mixture_pairs(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[tuple[str, str]]:
+    """The mixture's (prompt, answer) pairs, batched by length (see by_length)."""
+    return by_length([(r.prompt, answer) for r, answer in mixture_examples(cfg, n, rng)], cfg.batch_size)
+
+
+def by_length(pairs: list[tuple[str, str]], batch_size: int, window: int = 8) -> list[tuple[str, str]]:
+    """Each run of `window` batches sorted by prompt length: a batch pads to its longest example, and
+    a two-token sum padded to a 200-token puzzle would cost ten times its own tokens."""
+    size = batch_size * window
+    return [p for i in range(0, len(pairs), size) for p in sorted(pairs[i : i + size], key=lambda p: len(p[0]))]
+
+
 def sft_pairs(cfg: WarmStartConfig, rng: random.Random) -> list[tuple[str, str]]:
     """(prompt, noisy target answer) for every SFT example of the chosen task, in training order."""
     n, seed = cfg.steps * cfg.batch_size, 10_000 + cfg.seed
+    if cfg.task == "mixture":
+        return mixture_pairs(cfg, n, rng)
     if cfg.task in ("chain", "recheck"):
         chains = chain.problems(seed=seed, n=n, max_operand=cfg.max_operand, prefix="sft")
         rng.shuffle(chains)
@@ -159,14 +213,29 @@ def _cache_root() -> Path:
     return Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow"))
 
 
+def _mixture_sources(here: Path) -> list[Path]:
+    """The code a mixture's examples are a function of: the generators, their tasks, the gold forms."""
+    return [here / "data" / "generators.py", here / "data" / "gold.py", here / "data" / "record.py",
+            here / "tasks" / "arith.py", here / "tasks" / "rg.py", *sorted((here / "tasks" / "logic").glob("*.py"))]
+
+
 def _key(cfg: WarmStartConfig) -> str:
     here = Path(__file__).parent
     sources = [Path(__file__), here / "chat.py", here / "lm.py", here / "tokenizer.py", here / "checkpoint.py",
-               here / "tasks" / f"{cfg.task}.py", *([here / "tasks" / "chain.py"] if cfg.task == "recheck" else []),
+               *([here / "tasks" / f"{cfg.task}.py"] if cfg.task != "mixture" else []),
+               *([here / "tasks" / "chain.py"] if cfg.task == "recheck" else []),
+               *(_mixture_sources(here) if cfg.task == "mixture" else []),
                *sorted((here / "model").glob("*.py")),
                *sorted((here.parent / "kernels" / "lightning_attn").glob("*.py"))]
     digest = hashlib.sha256(cfg.model_dump_json().encode())
     digest.update(f"transformers {transformers.__version__} torch {torch.__version__}".encode())
+    if cfg.task == "mixture":  # reasoning-gym's items are a function of its version
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            digest.update(f"reasoning-gym {version('reasoning-gym')}".encode())
+        except PackageNotFoundError:
+            pass
     for src in sources:
         digest.update(src.read_bytes())
     return digest.hexdigest()[:16]

@@ -1,9 +1,12 @@
 """`make demo`: a real RL run of the whole pipeline on this machine, over a real Kafka broker.
 
-Cold start (a short SFT, cached) of a small model unless `--model DIR` names one, then rollouts ->
-rewards -> CISPO steps -> new policies for a few minutes, with a progress line; ends with reward,
-accuracy and length per policy version (from the monitor) and the held-out accuracy of the first and
-the last policy, both sampled by the rollout service's own engine.
+The prompt source (svc_source) draws a weighted mixture of three generated families: arithmetic, a
+reasoning-gym task and a logic puzzle family. Cold start (a short SFT on noisy answers of all three,
+cached) of a small model unless `--model DIR` names one, then rollouts -> rewards -> CISPO steps ->
+new policies for a few minutes, with a progress line; ends with reward, accuracy and length per policy
+version, reward and accuracy per source over the first and the last part of the run (both from the
+monitor), and the held-out accuracy per source of the first and the last policy, sampled by the
+rollout service's own engine and scored by each source's verifier.
 """
 from __future__ import annotations
 
@@ -18,16 +21,27 @@ import torch
 from pydantic import BaseModel, field_validator
 
 from m1flow import checkpoint
-from m1flow.bus import Producer
 from m1flow.security import grpc_tls as tls
 from m1flow.contracts import rpc, rpc_grpc
+from m1flow.data.dataset import DatasetConfig
+from m1flow.data.generators import generate as generate_record
+from m1flow.data.record import TaskRecord
 from m1flow.ops.browser import save_page
+from m1flow.ops.services import NAMES
 from m1flow.ops.stack import Stack
-from m1flow.source import publish
-from m1flow.tasks.arith import ArithProblem, parse_answer, problems
 from m1flow.warmstart import WarmStartConfig
 from svc_monitor.client import report as monitor_report
+from svc_reward.client import LocalScorer
 from svc_rollout.client import generate, known_engine
+
+# The demo's mixture: arithmetic (the operands the cold start has always used), a reasoning-gym task
+# and a logic family, all with answers of a few tokens ("<answer>2</answer>", "<answer>True</answer>").
+DEMO_SOURCES = [
+    DatasetConfig(generator="arith", weight=0.6, level=1, config={"max_operand": 12}, size=20_000, seed=1),
+    DatasetConfig(generator="rg:basic_arithmetic", weight=0.2, level=1, size=20_000, seed=1),
+    DatasetConfig(generator="logic:boolean_expressions", weight=0.2, level=1, size=20_000, seed=1),
+]
+EVAL_SEED = 999  # held-out items: a stream the source (seed 1) and the cold start (seed 10_000+) never draw
 
 
 class DemoConfig(BaseModel):
@@ -38,10 +52,10 @@ class DemoConfig(BaseModel):
     group_size: int = 8
     batch_groups: int = 32
     lr: float | None = None  # None: rl_lr(the starting policy)
-    prompts: int = 20000
-    eval_prompts: int = 100
+    sources: list[DatasetConfig] = DEMO_SOURCES
+    eval_prompts: int = 40  # per source
     eval_samples: int = 4
-    window: int = 8
+    window: int = 24  # "</think>\n<answer>False</answer>" is 21 tokens with the project's tokenizer
 
     @field_validator("engine")
     @classmethod
@@ -56,24 +70,47 @@ def rl_lr(policy: Path) -> float:
     return 3e-4 if checkpoint.is_hybrid(policy) else 1e-4
 
 
-def warmstart_for(engine: str) -> WarmStartConfig:
-    """The hybrid model decodes natively; vLLM and transformers get a small Qwen2."""
-    return WarmStartConfig(arch="minimax_m1" if engine == "native" else "qwen2")
+def warmstart_for(engine: str, mixture: list[DatasetConfig] | None = None) -> WarmStartConfig:
+    """The hybrid model decodes natively; vLLM and transformers get a small Qwen2. With a mixture:
+    the cold start answers (noisily) every family of it, not arithmetic only."""
+    arch = "minimax_m1" if engine == "native" else "qwen2"
+    if mixture:
+        return WarmStartConfig(arch=arch, task="mixture", mixture=mixture)
+    return WarmStartConfig(arch=arch)
 
 
-def evaluate(rollout: str, cfg: DemoConfig, held_out: list[ArithProblem] | None = None) -> tuple[float, set[int]]:
-    """Sampled accuracy (temperature 1, as in training) on held-out prompts (or the ones given), by
-    the rollout service's engine; and the policy versions that sampled."""
-    if held_out is None:
-        held_out = problems(seed=999, n=cfg.eval_prompts, max_operand=WarmStartConfig().max_operand, prefix="eval")
+def source_file(run: Path, cfg: DemoConfig) -> Path:
+    """svc_source's settings (`--config`): the mixture, the demo's group size and learner batch."""
+    path = run / "sources.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sources": [d.model_dump() for d in cfg.sources], "group_size": cfg.group_size,
+                                "batch_groups": cfg.batch_groups}, indent=1))
+    return path
 
-    def one(i: int) -> list[tuple[bool, int]]:
-        samples = generate(rollout, held_out[i].text, n=cfg.eval_samples, max_new_tokens=cfg.window, seed=i + 1)
-        return [(parse_answer(s.text) == int(held_out[i].answer), s.policy_version) for s in samples]
+
+def held_out(cfg: DemoConfig) -> dict[str, list[TaskRecord]]:
+    """Per source, `eval_prompts` items of a stream neither the source nor the cold start draws."""
+    return {d.source_name: [generate_record(d.generator, EVAL_SEED, i, d.level, d.config)
+                            for i in range(cfg.eval_prompts)] for d in cfg.sources}
+
+
+def evaluate(rollout: str, cfg: DemoConfig, records: dict[str, list[TaskRecord]],
+             scorer: LocalScorer) -> tuple[dict[str, float], set[int]]:
+    """Sampled accuracy (temperature 1, as in training) per source on held-out records, by the
+    rollout service's engine, each scored by its source's verifier; and the policy versions that sampled."""
+    items = [(name, i, r) for name, part in records.items() for i, r in enumerate(part)]
+
+    def one(item: tuple[str, int, TaskRecord]) -> list[tuple[str, bool, int]]:
+        name, i, record = item
+        spec = record.to_prompt(cfg.eval_samples).verifier
+        samples = generate(rollout, record.prompt, n=cfg.eval_samples, max_new_tokens=cfg.window, seed=i + 1)
+        return [(name, scorer.score(s.text, spec).correct is True, s.policy_version) for s in samples]
 
     with ThreadPoolExecutor(16) as pool:  # concurrent requests: the engine batches them
-        results = [r for part in pool.map(one, range(len(held_out))) for r in part]
-    return sum(ok for ok, _ in results) / len(results), {v for _, v in results}
+        results = [r for part in pool.map(one, items) for r in part]
+    accuracy = {name: sum(ok for n, ok, _ in results if n == name) / max(1, sum(n == name for n, _, _ in results))
+                for name in records}
+    return accuracy, {v for _, _, v in results}
 
 
 def wait_for_version(rollout: str, version: int, timeout: float = 120.0) -> None:
@@ -102,6 +139,41 @@ def bucket(rows: list[rpc.VersionRow], max_rows: int) -> list[tuple[str, int, in
     return out
 
 
+def source_parts(rows: list[rpc.SourceRow], frac: float = 1 / 3) -> dict[str, tuple[tuple, tuple]]:
+    """Per source: (versions, samples, mean reward, accuracy) over the first and over the last `frac`
+    of the policy versions that scored it (accuracy None when no sample had a verdict)."""
+    out = {}
+    for source in dict.fromkeys(r.source for r in rows):
+        mine = [r for r in rows if r.source == source]
+        versions = sorted({r.policy_version for r in mine})
+        k = max(1, round(len(versions) * frac))
+
+        def part(chosen: list[int]) -> tuple:
+            sel = [r for r in mine if r.policy_version in chosen]
+            n, judged = sum(r.samples for r in sel), sum(r.judged for r in sel if r.HasField("accuracy"))
+            reward = sum(r.mean_reward * r.samples for r in sel) / (n or 1)
+            acc = sum(r.accuracy * r.judged for r in sel if r.HasField("accuracy")) / judged if judged else None
+            label = f"v{chosen[0]}" + (f"-{chosen[-1]}" if len(chosen) > 1 else "")
+            return label, n, reward, acc
+
+        out[source] = (part(versions[:k]), part(versions[-k:]))
+    return out
+
+
+def print_sources(rows: list[rpc.SourceRow], before: dict[str, float], after: dict[str, float],
+                  first: str, last: str) -> None:
+    """Reward and accuracy per source, first vs last part of the run, beside held-out sampled accuracy."""
+    fmt = lambda a: "-" if a is None else f"{a:.3f}"  # noqa: E731
+    print(f"\nsource                    | versions (first) | samples | reward | accuracy | versions (last) | samples "
+          f"| reward | accuracy | held-out {first} -> {last}")
+    parts = source_parts(rows)
+    for name in dict.fromkeys([*parts, *before]):
+        (l1, n1, r1, a1), (l2, n2, r2, a2) = parts.get(name, (("-", 0, 0.0, None), ("-", 0, 0.0, None)))
+        held = f"{fmt(before.get(name))} -> {fmt(after.get(name))}"
+        print(f"{name[:25]:<25} | {l1:>16} | {n1:>7} | {r1:>6.3f} | {fmt(a1):>8} | {l2:>15} | {n2:>7} | {r2:>6.3f} "
+              f"| {fmt(a2):>8} | {held}")
+
+
 def print_table(rows: list[rpc.VersionRow], max_rows: int = 16) -> None:
     print("\npolicy version | groups | samples | mean reward | accuracy | mean length")
     for label, groups, samples, reward, accuracy, length in bucket(rows, max_rows):
@@ -112,21 +184,23 @@ def run_demo(cfg: DemoConfig) -> int:
     torch.set_num_threads(1)
     run = cfg.run_dir.resolve() / "demo"
     shutil.rmtree(run, ignore_errors=True)
-    stack = Stack(run, model=cfg.model, warmstart=warmstart_for(cfg.engine), service_args={
-        "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)]})
+    stack = Stack(run, model=cfg.model, warmstart=warmstart_for(cfg.engine, cfg.sources), service_args={
+        "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)],
+        "source": ["--config", str(source_file(run, cfg))]})
     lr = cfg.lr or rl_lr(stack.initial_policy())
     stack.service_args["learner"] = ["--batch-groups", str(cfg.batch_groups),
                                      "--train", json.dumps({"lr": lr, "minibatches": 2})]
     print(f"m1flow demo: run dir {run}; engine {cfg.engine}; policy {stack.initial_policy()}; learning rate {lr}; "
-          "services starting ...")
+          f"sources {', '.join(f'{d.source_name} ({d.weight:g})' for d in cfg.sources)}; services starting ...")
     t0 = time.monotonic()
+    records = held_out(cfg)
+    scorer = LocalScorer()
     try:
-        stack.start()
-        print(stack.status_table())
+        stack.start(services=tuple(n for n in NAMES if n != "source"))
         rollout = stack.get("rollout").grpc_address
-        before, first = evaluate(rollout, cfg)
-        publish(Producer(stack.bootstrap, "demo-source"), problems(seed=1, n=cfg.prompts, max_operand=WarmStartConfig().max_operand),
-                cfg.group_size)
+        before, first = evaluate(rollout, cfg, records, scorer)  # v0 alone: no prompt drawn yet
+        stack.start_service("source")
+        print(stack.status_table())
         monitor = stack.get("monitor").grpc_address
         dashboard = monitor_report(monitor).dashboard_url
         print(f"dashboard: {dashboard} (open it while the run goes on)")
@@ -139,15 +213,19 @@ def run_demo(cfg: DemoConfig) -> int:
                 groups = sum(r.groups for r in rows)
                 print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
                       f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
-        rows = report(monitor)
+        full = monitor_report(monitor)
+        rows, source_rows = list(full.rows), list(full.source_rows)
         print(save_page(dashboard, run / "dashboard.png"))
+        stack.get("source").stop()
         stack.get("learner").stop()  # the last version stays put while it is evaluated
         final = checkpoint.load_state(checkpoint.latest(run / "learner" / "checkpoints")).version
         wait_for_version(rollout, final)
-        after, last = evaluate(rollout, cfg)
+        after, last = evaluate(rollout, cfg, records, scorer)
     finally:
         stack.stop()
+        scorer.close()
     print_table(rows)
-    print(f"held-out sampled accuracy ({cfg.eval_prompts} prompts x {cfg.eval_samples}, engine {cfg.engine}): "
-          f"v{min(first)} {before:.3f} -> v{max(last)} {after:.3f}")
+    print_sources(source_rows, before, after, f"v{min(first)}", f"v{max(last)}")
+    print(f"held-out: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
+          "each scored by its source's verifier")
     return 0

@@ -106,21 +106,29 @@ def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     stack = Stack(tmp_path, model=qwen2_policy, service_args={
         "learner": ["--batch-groups", str(batch), "--train", json.dumps({"lr": rl_lr(qwen2_policy), "minibatches": 2})],
         "rollout": ["--engine", "vllm", "--group-size", "8"]})
-    cfg = DemoConfig(eval_samples=8)
+    cfg = DemoConfig(eval_samples=8, window=8)
+    from m1flow.data.record import TaskRecord, Verifier
+    from svc_reward.client import LocalScorer
+
+    held = {"arith": [TaskRecord(id=p.prompt_id, source="arith", prompt=p.text,
+                                 verifier=Verifier(kind="arith", gold=p.answer)) for p in asked]}
+    scorer = LocalScorer()
     try:
         stack.start(services=("learner", "reward", "rollout"))
         rollout = stack.get("rollout").grpc_address
-        before, first = evaluate(rollout, cfg, asked)
+        before, first = evaluate(rollout, cfg, held, scorer)
         # dynamic sampling skips the groups all right or all wrong: publish enough for 96 full batches
         publish(Producer(stack.bootstrap, "test"), asked * (4 * batch * (versions + 8) // len(asked)), 8)
         wait_for(lambda: max(policy_versions(stack.bootstrap)) >= versions, 600, f"{versions} policy versions")
         stack.get("learner").stop()
         final = checkpoint.load_state(checkpoint.latest(tmp_path / "learner" / "checkpoints")).version
         wait_for_version(rollout, final)
-        after, last = evaluate(rollout, cfg, asked)
+        after, last = evaluate(rollout, cfg, held, scorer)
         engines = {r["value"].get("engine") for r in records(stack.bootstrap, "rollouts")}
     finally:
         stack.stop()
+        scorer.close()
+    before, after = before["arith"], after["arith"]
     print(f"\naccuracy on the prompts trained on (64 x 8, sampled by vLLM): v{min(first)} {before:.3f} -> "
           f"v{max(last)} {after:.3f}")
     assert first == {0} and min(last) >= versions and engines == {"vllm"}

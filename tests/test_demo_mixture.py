@@ -1,0 +1,126 @@
+"""The demo's mixture: its sources, the window its answers need, the cold start's mixture pairs (each
+family's answers in the form its verifier reads, right often but not always), and the per-source table."""
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from m1flow.chat import response_text
+from m1flow.contracts import rpc
+from m1flow.data.gold import gold_response
+from m1flow.ops.demo import DEMO_SOURCES, DemoConfig, held_out, print_sources, source_file, source_parts, warmstart_for
+from m1flow.tokenizer import build_tokenizer
+from m1flow.warmstart import WarmStartConfig, _key, mixture_examples, mixture_pairs, noisy_gold, sft_pairs
+from svc_reward.client import LocalScorer
+from svc_source.config import SourceConfig
+
+
+def families(sources) -> set[str]:  # noqa: ANN001
+    return {d.generator.partition(":")[0] for d in sources}
+
+
+def test_demo_mixes_arith_a_reasoning_gym_task_and_a_logic_family():
+    cfg = DemoConfig()
+    assert families(cfg.sources) == {"arith", "rg", "logic"}
+    weights = {d.generator: d.weight for d in cfg.sources}
+    assert weights["arith"] / sum(weights.values()) == pytest.approx(0.6)
+
+
+def test_the_window_holds_every_sources_gold_answer():
+    """A policy that writes the gold must fit it in the window, end of turn included."""
+    cfg, tok = DemoConfig(), build_tokenizer(WarmStartConfig().tokenizer)
+    for name, records in held_out(cfg.model_copy(update={"eval_prompts": 20})).items():
+        longest = max(len(tok.encode(gold_response(r), add_special_tokens=False)) for r in records)
+        assert longest + 1 <= cfg.window, (name, longest)
+
+
+def test_the_source_file_is_svc_source_settings(tmp_path):
+    cfg = DemoConfig(group_size=4, batch_groups=8)
+    settings = SourceConfig.model_validate(json.loads(source_file(tmp_path, cfg).read_text()))
+    assert [d.generator for d in settings.sources] == [d.generator for d in DEMO_SOURCES]
+    assert (settings.group_size, settings.batch_groups) == (4, 8)
+
+
+def test_held_out_items_are_another_stream_than_the_source_and_the_cold_start():
+    """Another stream, not other items: at level 1 the item spaces are small (a sum of two digits),
+    so a held-out prompt may also be drawn in training, as with the arithmetic demo before."""
+    from m1flow.data.generators import generate
+
+    cfg = DemoConfig(eval_prompts=10)
+    held = held_out(cfg)
+    assert set(held) == {d.source_name for d in cfg.sources}
+    for d in cfg.sources:
+        mine = [r.prompt for r in held[d.source_name]]
+        for seed in (d.seed, 10_000 + d.seed):  # the source's stream, the cold start's
+            assert mine != [generate(d.generator, seed, i, d.level, d.config).prompt for i in range(10)]
+        assert len(set(mine)) > 1
+
+
+def test_mixture_answers_are_what_each_verifier_reads_right_but_not_always():
+    warm = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES)
+    examples = mixture_examples(warm, 240, random.Random(0))
+    counts = Counter(r.verifier.family for r, _ in examples)
+    assert counts["arith"] > counts["rg"] > 0 and counts["logic"] > 0
+    right: dict[str, list[bool]] = {}
+    with LocalScorer() as scorer:
+        for record, answer in examples:
+            result = scorer.score(response_text(answer), record.to_prompt(1).verifier)
+            right.setdefault(record.verifier.family, []).append(result.correct is True)
+        clean = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES, label_noise=0.0)
+        assert all(scorer.score(response_text(a), r.to_prompt(1).verifier).correct
+                   for r, a in mixture_examples(clean, 60, random.Random(1)))
+    for family, oks in right.items():
+        assert 0.3 < sum(oks) / len(oks) < 0.95, (family, sum(oks) / len(oks))
+
+
+def test_mixture_pairs_are_the_sft_task_and_batch_by_length():
+    warm = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES, steps=4, batch_size=16)
+    pairs = sft_pairs(warm, random.Random(0))
+    assert len(pairs) == 64
+    assert pairs == mixture_pairs(warm, 64, random.Random(0))
+    lengths = [len(p) for p, _ in pairs]
+    assert lengths == sorted(lengths)  # 64 examples: one window of 8 batches
+
+
+def test_the_cold_start_cache_key_follows_the_mixture():
+    mix = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES)
+    other = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES[:2])
+    assert len({_key(WarmStartConfig()), _key(mix), _key(other)}) == 3
+    assert warmstart_for("native").task == "arith"  # `m1flow up` keeps the arithmetic cold start
+
+
+def test_a_mixture_without_generators_is_refused():
+    with pytest.raises(ValueError, match="mixture"):
+        sft_pairs(WarmStartConfig(task="mixture", steps=1, batch_size=2), random.Random(0))
+
+
+def test_noisy_gold_keeps_the_golds_form():
+    rng = random.Random(0)
+    assert {noisy_gold("True", rng, 0.5) for _ in range(50)} == {"True", "False"}
+    assert all(abs(int(noisy_gold("7", rng, 1.0)) - 7) in (1, 2, 3) for _ in range(20))
+    assert noisy_gold("x+1", rng, 1.0) == "x+1"
+
+
+def row(version: int, source: str, samples: int, reward: float, accuracy: float | None) -> rpc.SourceRow:
+    r = rpc.SourceRow(policy_version=version, source=source, kind=source, groups=1, samples=samples,
+                      mean_reward=reward, judged=samples if accuracy is not None else 0, mean_length=3.0)
+    if accuracy is not None:
+        r.accuracy = accuracy
+    return r
+
+
+def test_source_parts_weigh_the_first_and_last_third_of_the_versions(capsys):
+    rows = [row(v, "arith", 8, v / 10, v / 10) for v in range(6)] + [row(0, "logic", 4, 0.5, None),
+                                                                     row(5, "logic", 12, 1.0, 1.0)]
+    parts = source_parts(rows)
+    (l1, n1, r1, a1), (l2, n2, r2, a2) = parts["arith"]
+    assert (l1, n1, l2, n2) == ("v0-1", 16, "v4-5", 16)
+    assert (r1, a1, r2, a2) == pytest.approx((0.05, 0.05, 0.45, 0.45))
+    (_, _, _, first_logic), (_, _, _, last_logic) = parts["logic"]
+    assert first_logic is None and last_logic == pytest.approx(1.0)
+    print_sources(rows, {"arith": 0.25, "logic": 0.5}, {"arith": 0.5, "logic": 0.75}, "v0", "v5")
+    out = capsys.readouterr().out
+    assert "0.250 -> 0.500" in out and "0.500 -> 0.750" in out and "logic" in out
