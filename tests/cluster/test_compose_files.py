@@ -8,15 +8,18 @@ import subprocess
 import pytest
 
 from m1flow.ops import ROOT
+from m1flow.ops.services import ON_DEMAND
 from m1flow.ops.services import SERVICES as LISTED
 
 SERVICES = tuple(s.container for s in LISTED)
 
 
 def config(*files: str, **env: str) -> dict:
+    """The resolved file, on-demand services included (each is behind the compose profile of its name)."""
     args = [arg for f in files for arg in ("-f", str(ROOT / f))]
+    env = {**os.environ, "COMPOSE_PROFILES": ",".join(ON_DEMAND), **env}
     out = subprocess.run(["docker", "compose", *args, "config", "--format", "json"], cwd=ROOT, text=True,
-                         capture_output=True, env={**os.environ, **env}, check=True)
+                         capture_output=True, env=env, check=True)
     return json.loads(out.stdout)
 
 
