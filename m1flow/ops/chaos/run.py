@@ -21,6 +21,7 @@ from m1flow.ops import ROOT
 from m1flow.ops.chaos.faults import READERS, Fault, Injected, Injector, plan
 from m1flow.ops.chaos.invariants import Report, check, check_source
 from m1flow.ops.services import NAMES
+from m1flow.warmstart import WarmStartConfig
 
 
 class ChaosConfig(BaseModel):
@@ -136,7 +137,11 @@ class ChaosRun:
 
     def source_settings(self) -> dict:
         """svc_source publishes the run's prompts: one epoch of the arith generator, a lead ahead."""
-        return {"sources": [{"generator": "arith", "size": self.cfg.prompts, "seed": self.cfg.seed}],
+        # the operands the warm start was trained on (as `m1flow feed` uses): larger sums leave most groups
+        # all wrong, so dynamic sampling skips them and the run ends with too few versions
+        arith = {"generator": "arith", "size": self.cfg.prompts, "seed": self.cfg.seed,
+                 "config": {"max_operand": WarmStartConfig().max_operand}}
+        return {"sources": [arith],
                 "max_epochs": 1, "lead_steps": self.cfg.source_lead_steps, "publish_batch": 16}
 
     def expected_prompts(self) -> set[str]:
