@@ -29,7 +29,7 @@ class ChaosConfig(BaseModel):
     seed: int = 1
     cycles: int = Field(2, ge=1, description="rounds of faults; each hits every service, the broker, the input")
     prompts: int = Field(240, ge=1, description="prompts the source publishes (one epoch of an arith generator)")
-    source_lead_steps: float = Field(16.0, gt=0, description="the source's lead, in learner batches (a short lead starves the rollout's batch and the run misses its settle time)")
+    source_lead_steps: float = Field(16.0, gt=0, description="the source's lead, in learner batches")
     group_size: int = 4
     batch_groups: int = 4
     spacing_s: float = Field(12.0, gt=0, description="mean gap between two faults")
