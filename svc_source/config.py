@@ -33,3 +33,10 @@ class SourceConfig(ServiceConfig):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @field_validator("sources")
+    @classmethod
+    def _some_weight(cls, value: list[DatasetConfig]) -> list[DatasetConfig]:
+        if value and sum(d.weight for d in value) <= 0:
+            raise ValueError("every source has weight 0: nothing would be drawn")
+        return value

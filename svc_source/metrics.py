@@ -10,3 +10,7 @@ POSITION = Gauge("m1flow_source_position", "the next row's index in the epoch's 
 DRAWS = Gauge("m1flow_source_draws", "prompts drawn from the mixture so far (bad rows included)")
 OUTSTANDING = Gauge("m1flow_source_outstanding", "prompts published and not committed by the rollout group")
 LEAD_LIMIT = Gauge("m1flow_source_lead_limit", "prompts allowed outstanding (lead_steps x batch_groups; -1: none)")
+MIXTURE_VERSION = Gauge("m1flow_source_mixture_version", "the mixture version in force (0: the config's)")
+WEIGHT = Gauge("m1flow_source_weight", "each source's weight in the mixture in force", ["source"])
+LEVEL = Gauge("m1flow_source_level", "each generator's difficulty level in force (0: its default)", ["source"])
+MIXTURE_REFUSED = Counter("m1flow_source_mixture_refused_total", "SetMixture commands refused", ["reason"])
