@@ -14,3 +14,6 @@ MIXTURE_VERSION = Gauge("m1flow_source_mixture_version", "the mixture version in
 WEIGHT = Gauge("m1flow_source_weight", "each source's weight in the mixture in force", ["source"])
 LEVEL = Gauge("m1flow_source_level", "each generator's difficulty level in force (0: its default)", ["source"])
 MIXTURE_REFUSED = Counter("m1flow_source_mixture_refused_total", "SetMixture commands refused", ["reason"])
+RETIRED = Gauge("m1flow_source_retired_rows", "rows the online filter retired", ["source", "kind"])
+RETIRED_SKIPS = Counter("m1flow_source_retired_skips_total", "draws that passed a retired row", ["source"])
+JUDGED = Counter("m1flow_source_groups_judged_total", "scored groups the online filter judged", ["source", "verdict"])

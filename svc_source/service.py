@@ -22,7 +22,7 @@ from kafka.errors import KafkaError
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.lag import GroupLag
-from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, PROMPTS, SOURCE_STATE
+from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, PROMPTS, SCORED, SOURCE_STATE
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 from m1flow.data.dataset import DatasetConfig, open_source
@@ -32,9 +32,11 @@ from m1flow.source import BadRow, prompt_for, row_letter
 from svc_source import metrics
 from svc_source.config import SourceConfig
 from svc_source.cursor import Cursor
+from svc_source.filter import DifficultyFilter
 from svc_source.lead import Lead
 from svc_source.mixture import Mixture, MixtureRefused, Schedule, history_key
 from svc_source.order import Interleave
+from svc_source.scored import ScoredFollower
 from svc_source.state import load_states, published_since
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,9 @@ class SourceService(Service):
         self.mixture = Mixture.initial({}, {})
         self.schedule: Schedule | None = None  # a replay's mixtures, from the original run's state
         self.queued: list[events.Control] = []  # mixture commands waiting for the pending batch
+        self.filter: DifficultyFilter | None = None  # the online difficulty filter, when enabled
+        self.scored: ScoredFollower | None = None
+        self.window = 0  # the largest output window `control` has set (a larger one is a new stage)
         self.skip: set[int] = set()  # draws already on `prompts` past the state (a batch a kill cut)
         self.pending: tuple[list[events.Prompt], list[events.DeadLetter]] | None = None  # drawn, not acked
 
@@ -91,7 +96,8 @@ class SourceService(Service):
                                        {src.name: d.level for src, d in zip(opened, cfg.sources) if d.generator})
         self.producer = Producer(cfg.bootstrap, f"source-{cfg.replica}", suffix=cfg.output_suffix,
                                  client=cfg.kafka_client)
-        state = self._resume_state()
+        records = self._states(self._topic(SOURCE_STATE.name))
+        state = self._resume_state(records)
         if state is not None:
             self.mixture = self.mixture.restored(state)
         opened = [self._at_level(src) for src in opened]
@@ -109,6 +115,13 @@ class SourceService(Service):
         replaying = bool(cfg.output_suffix)
         if replaying:
             self.schedule = self._original_schedule()
+        if cfg.filter.enabled and not replaying:
+            self.filter = DifficultyFilter(cfg.filter, {c.name: c.n for c in self.cursors})
+            if state is not None:
+                self.filter.restore({k: r for k, r in records.items() if k.startswith(f"{self.state_key}/retired/")})
+            self.scored = ScoredFollower(cfg.bootstrap, SCORED.name, f"source-{cfg.replica}-scored", cfg.run_id)
+        elif cfg.filter.enabled:
+            log.info("replaying: the online filter is off (the replay draws what a run without it draws)")
         lag = None if replaying or cfg.lead_steps <= 0 else GroupLag(cfg.bootstrap, f"source-{cfg.replica}-lag")
         self.lead = Lead(lag, cfg.rollout_group, PROMPTS.name, cfg.lead_steps, cfg.batch_groups, cfg.lag_refresh_s)
         history = self.watcher.catch_up()
@@ -116,6 +129,8 @@ class SourceService(Service):
             ids = [m.header.message_id if isinstance(m, events.Control) else "" for m in history]
             if self.mixture.command_id in ids:
                 history = history[ids.index(self.mixture.command_id) + 1:]
+        self.window = max((m.set_window.max_new_tokens for m in history if isinstance(m, events.Control)
+                           and m.WhichOneof("command") == "set_window"), default=0)
         self._apply(history)
         self._report_mixture()
 
@@ -130,8 +145,8 @@ class SourceService(Service):
                 log.warning("reading `%s` failed, retrying: %s", topic, exc)
         return {}
 
-    def _resume_state(self) -> events.SourceState | None:
-        state = self._states(self._topic(SOURCE_STATE.name)).get(self.state_key)
+    def _resume_state(self, records: dict[str, events.SourceState]) -> events.SourceState | None:
+        state = records.get(self.state_key)
         if state is not None and state.config_digest != config_digest(self.config):
             log.warning("the state under %s was written for another config (seed, sources, block): starting over",
                         self.state_key)
@@ -172,6 +187,12 @@ class SourceService(Service):
                 if msg.header.trace.run_id not in ("", self.config.run_id):
                     continue  # another run's curriculum
                 self.queued.append(msg)
+            elif isinstance(msg, events.Control) and msg.WhichOneof("command") == "set_window":
+                if msg.set_window.max_new_tokens > self.window and self.window and self.filter is not None:
+                    readmitted, retired = self.filter.window_stage()
+                    log.info("output window %s -> %s: %s too-hard rows readmitted, %s easy rows retired",
+                             self.window, msg.set_window.max_new_tokens, readmitted, retired)
+                self.window = max(self.window, msg.set_window.max_new_tokens)
         if self.pending is None:
             for msg in self.queued:
                 self._set_mixture(msg)
@@ -220,7 +241,7 @@ class SourceService(Service):
         """The next n draws' prompts and bad-row letters (fewer when every source is exhausted)."""
         cfg = self.config
         prompts, letters = [], []
-        exhausted = [c.exhausted for c in self.cursors]
+        exhausted = self._exhausted()
         head = codec.header(self.name, run_id=cfg.run_id)  # one per batch; each prompt's id is its draw's
         while len(prompts) + len(letters) < n:
             if self.schedule is not None and (due := self.schedule.due(self.draws, self.mixture.version)):
@@ -237,6 +258,10 @@ class SourceService(Service):
                 self.skip.discard(draw)
             else:
                 epoch, position, row, item = cursor.draw()
+                if self.filter is not None and self.filter.is_retired(cursor.name, row):
+                    metrics.RETIRED_SKIPS.labels(cursor.name).inc()
+                    exhausted[j] = cursor.exhausted or self.filter.spent(cursor.name)
+                    continue
                 origin = events.SourceCursor(source=cursor.name, epoch=epoch, position=position, draw=draw,
                                              mixture_version=self.mixture.version, stream=self.state_key)
                 try:
@@ -244,12 +269,18 @@ class SourceService(Service):
                         raise item
                     prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
                                               path=self.where[cursor.name], row=row, header=head))
+                    if self.filter is not None:
+                        self.filter.drew(prompts[-1].prompt_id, cursor.name, row)
                 except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
                     letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
                     metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
                     log.warning("bad row skipped: %s", exc)
-            exhausted[j] = cursor.exhausted
+            exhausted[j] = cursor.exhausted or bool(self.filter and self.filter.spent(cursor.name))
         return prompts, letters
+
+    def _exhausted(self) -> list[bool]:
+        """Per source: nothing left to draw (its epochs done, or every row retired by the filter)."""
+        return [c.exhausted or bool(self.filter and self.filter.spent(c.name)) for c in self.cursors]
 
     def state(self) -> events.SourceState:
         return self.mixture.to_state(events.SourceState(
@@ -281,8 +312,25 @@ class SourceService(Service):
         return len(prompts)
 
     def idle(self) -> bool:
-        """No draw can be made: every source is exhausted or has weight 0."""
-        return self.interleave.choice(self.draws, [c.exhausted for c in self.cursors]) is None
+        """No draw can be made: every source is exhausted (or retired) or has weight 0."""
+        return self.interleave.choice(self.draws, self._exhausted()) is None
+
+    def follow_scores(self) -> None:
+        """Judge the groups scored since the last call; keep changed retired sets on `source_state`."""
+        if self.filter is None or self.scored is None:
+            return
+        for group in self.scored.poll():
+            kind = self.filter.scored(group)
+            if group.prompt_id in self.filter.drawn:
+                metrics.JUDGED.labels(self.filter.drawn[group.prompt_id][0], kind or "in_band").inc()
+        saved = self.filter.records()
+        for name, record in saved:
+            record.header.CopyFrom(codec.header(self.name, run_id=self.config.run_id))
+            self.producer.send(SOURCE_STATE, f"{self.state_key}/retired/{name}", record)
+        if saved:
+            for name, counts in self.filter.counts().items():
+                for kind, count in counts.items():
+                    metrics.RETIRED.labels(name, kind).set(count)
 
     def report(self) -> None:
         for c in self.cursors:
@@ -297,6 +345,7 @@ class SourceService(Service):
         while not self.stop.is_set():
             try:
                 self._apply(self.watcher.poll(0))
+                self.follow_scores()
                 self.lead.refresh()
                 room = self.lead.room()
                 n = self.config.publish_batch if room is None else min(room, self.config.publish_batch)
@@ -306,7 +355,7 @@ class SourceService(Service):
                 published, n = 0, 0
                 self.stop.wait(1.0)
             if n > 0 and published == 0 and not self.pending and self.idle():
-                done = all(c.exhausted for c in self.cursors)
+                done = all(self._exhausted())
                 reason = "every source exhausted" if done else "every source left has weight 0"
             else:
                 reason = "" if n > 0 else "lead full"
@@ -319,7 +368,11 @@ class SourceService(Service):
                 self.stop.wait(0.2)
 
     def shutdown(self) -> None:
-        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None)):
+        if self.filter is not None and getattr(self, "producer", None) is not None:
+            for name, record in self.filter.records(force=True):  # the retirements since the last save
+                self.producer.send(SOURCE_STATE, f"{self.state_key}/retired/{name}", record)
+        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None),
+                       self.scored):
             if closer is not None:
                 try:
                     closer.close()

@@ -110,3 +110,63 @@ def test_a_mixture_change_lands_within_a_step_survives_a_restart_and_replays(tmp
     replayed = drawn(bootstrap, f"prompts.{suffix}", stream)
     assert replayed[:len(original)] == original  # the same prompts, sources and versions, in the same order
     assert len(replayed) == LIMIT + 50  # easy until the switch, then all of hard; easy's weight 0 after
+
+
+def scored_group(prompt: dict, correct: list[bool], run: str) -> events.ScoredGroup:
+    return events.ScoredGroup(header=codec.header("test-reward", run_id=run), group_id=f"g-{uuid.uuid4().hex[:8]}",
+                              prompt_id=prompt["prompt_id"], source=prompt["origin"]["source"],
+                              samples=[events.ScoredSample(correct=c, reward=float(c)) for c in correct])
+
+
+def test_the_online_filter_retires_a_too_easy_source_and_keeps_it_retired_after_a_restart(tmp_path, bootstrap):
+    """Scores come back on `scored` (written here as the reward service would): every group of `easy`
+    all correct, `mixed` half right. Each easy row retires when its first group comes back, so the next
+    epochs draw only `mixed`; the retired set is on `source_state`, so a restarted source keeps it."""
+    from m1flow.bus.topics import SCORED
+
+    run, group = f"filt-{uuid.uuid4().hex[:6]}", f"filtroll-{uuid.uuid4().hex[:6]}"
+    stream = f"{run}/m1flow-source"
+    sources = [{"generator": "arith", "name": "easy", "size": 12, "seed": 1},
+               {"generator": "arith", "name": "mixed", "size": 12, "seed": 2}]
+    args = source_config(tmp_path, sources, max_epochs=4, lead_steps=1, batch_groups=LIMIT, rollout_group=group,
+                         lag_refresh_s=0.2, publish_batch=4, group_size=4,
+                         filter={"enabled": True, "save_every_s": 0.5})
+    producer = Producer(bootstrap, "test-scores")
+    answered: set[str] = set()
+
+    def answer_and_consume() -> None:
+        for rec in read_range(bootstrap, "prompts"):
+            value = rec.get("value", {})
+            if value.get("origin", {}).get("stream") == stream and value["header"]["message_id"] not in answered:
+                answered.add(value["header"]["message_id"])
+                easy = value["origin"]["source"] == "easy"
+                producer.send(SCORED, value["prompt_id"], scored_group(value, [True] * 4 if easy else [True, False] * 2, run))
+        producer.flush()
+        consume_all(bootstrap, group)
+
+    proc = launch("source", tmp_path, bootstrap, args, run_id=run)
+    try:
+        def progressed(n: int) -> bool:
+            answer_and_consume()
+            return len(drawn(bootstrap, "prompts", stream)) >= n
+        wait_for(lambda: progressed(30), 90, "thirty prompts, scored as they come", interval=0.5)
+        wait_for(lambda: 'kind="easy",source="easy"} 12.0' in metric(proc, "m1flow_source_retired_rows"), 30,
+                 "every easy row retired")
+    finally:
+        proc.stop()
+    first = drawn(bootstrap, "prompts", stream)
+    easy_rows = [d for d in first if d[1] == "easy"]
+    assert len({d[3] for d in easy_rows}) == 12
+    # retired after its first group: a row drawn again only while its score was in flight (the lead)
+    assert len(easy_rows) <= 12 + LIMIT
+
+    again = launch("source", tmp_path, bootstrap, args, run_id=run)
+    try:
+        wait_for(lambda: (answer_and_consume(), "every source exhausted" in again.tail())[1], 90,
+                 "the rest of mixed's epochs", interval=0.5)
+    finally:
+        again.stop()
+        producer.close()
+    rows = drawn(bootstrap, "prompts", stream)
+    assert [d[1] for d in rows].count("easy") == len(easy_rows)  # the restart kept them retired
+    assert [d[1] for d in rows].count("mixed") == 4 * 12  # mixed never left its band: every epoch drawn
