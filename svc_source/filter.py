@@ -4,14 +4,17 @@ current policy and retires the rows that leave the band, so rollouts stop being 
 Retired, not down-weighted: a group whose samples all pass (or all fail, or whose partial-credit
 rewards do not vary) has zero advantage under group normalisation, so its G rollouts train nothing;
 retiring the row skips its draw (the position passes, nothing is published), which keeps the draw
-order a pure function of the seeds, while a per-row weight would not. A too-easy row retires at
-once: the policy only gets better on it. A too-hard (or flat) row retires after `hard_strikes`
-groups out of band, since a better policy may yet solve it; and when the monitor moves the output
-window to a new stage (the report's 80K step) the too-hard rows come back, and the easy bound can
-tighten (`window_step`). The learner's dynamic sampling stays the last gate.
+order a pure function of the seeds, while a per-row weight would not.
 
-The pass rate is the raw verifier outcome (ScoredSample.correct), not the shaped reward; rewards that
-are not 0/1 are judged by their variance in the group. The retired rows are kept on `source_state`
+The pass rate is the raw verifier outcome (ScoredSample.correct), not the shaped reward, counted over
+the row's groups (passes and samples, halved once past `memory_samples` so the count follows the
+current policy): one group of 4 is too little evidence (a row the policy solves one time in four comes
+back all wrong a third of the time). A row at or above the band's top after `min_samples` samples
+retires (the policy only gets better at it); one at or below the bottom waits for `hard_samples`,
+since a better policy may yet solve it. Rewards that are not 0/1 are judged by their variance in the
+group: `hard_strikes` flat groups in a row retire the row. When the monitor moves the output window to
+a new stage (the report's 80K step) the too-hard rows come back and the easy bound can tighten
+(`window_step`). The learner's dynamic sampling stays the last gate. The retired rows are kept on `source_state`
 (one record per source, '<state key>/retired/<source>', written at most every `save_every_s`): a
 restart keeps them, a crash loses at most the last few seconds of retirements (those rows are drawn
 once more). A replay does not follow `scored`: it reproduces the sequence of a run without the filter.
@@ -45,7 +48,10 @@ class FilterConfig(BaseModel):
     band: tuple[float, float] = Field((0.0, 0.9), description="keep rows with lo < pass rate < hi (the report's "
                                                                "(0, 0.9) for math)")
     bands: dict[str, tuple[float, float]] = Field(default_factory=dict, description="per source name, over `band`")
-    hard_strikes: int = Field(2, ge=1, description="groups at or below lo (or flat) before a row retires")
+    min_samples: int = Field(8, ge=1, description="samples of a row before it can retire as too easy")
+    hard_samples: int = Field(16, ge=1, description="samples of a row before it can retire as too hard")
+    memory_samples: int = Field(32, ge=2, description="past this many samples a row's counts are halved")
+    hard_strikes: int = Field(2, ge=1, description="rewards that are not 0/1: flat groups in a row before it retires")
     min_variance: float = Field(1e-4, ge=0, description="rewards that are not 0/1: a group whose reward variance "
                                                         "is at most this is out of band")
     remember: int = Field(200_000, ge=1, description="published prompts whose row is remembered for their scores")
@@ -55,22 +61,27 @@ class FilterConfig(BaseModel):
 
     @model_validator(mode="after")
     def _bands(self) -> "FilterConfig":
+        if self.memory_samples < max(self.min_samples, self.hard_samples):
+            raise ValueError(f"filter memory_samples ({self.memory_samples}) must be at least min_samples and "
+                             f"hard_samples ({self.min_samples}, {self.hard_samples}): no row could retire")
         for name, (lo, hi) in {"band": self.band, **self.bands}.items():
             if not 0 <= lo < hi <= 1:
                 raise ValueError(f"filter band {name}: need 0 <= lo < hi <= 1, got ({lo}, {hi})")
         return self
 
 
-def verdict(group: events.ScoredGroup, lo: float, hi: float, min_variance: float) -> tuple[str, float]:
-    """("", rate) in band, (EASY, rate) or (HARD, rate) out of it, for one scored group."""
+def outcomes(group: events.ScoredGroup) -> tuple[int, int] | None:
+    """(passes, samples) of a group whose samples all have a verdict; None: rewards that are not 0/1."""
     samples = list(group.samples)
     if samples and all(s.HasField("correct") for s in samples):
-        rate = sum(bool(s.correct) for s in samples) / len(samples)
-        return (EASY if rate >= hi else HARD if rate <= lo else ""), rate
-    rewards = np.asarray([s.reward for s in samples], dtype=np.float64)
-    mean = float(rewards.mean()) if len(rewards) else 0.0
-    flat = len(rewards) < 2 or float(rewards.var()) <= min_variance
-    return (HARD if flat else ""), mean
+        return sum(bool(s.correct) for s in samples), len(samples)
+    return None
+
+
+def flat(group: events.ScoredGroup, min_variance: float) -> bool:
+    """Partial-credit rewards that do not vary in the group: nothing to learn from it."""
+    rewards = np.asarray([s.reward for s in group.samples], dtype=np.float64)
+    return len(rewards) < 2 or float(rewards.var()) <= min_variance
 
 
 def pack(rows: dict[int, str]) -> bytes:
@@ -93,7 +104,7 @@ class DifficultyFilter:
         self.cfg, self.sizes = cfg, sizes
         self.retired: dict[str, dict[int, str]] = {name: {} for name in sizes}  # row -> EASY or HARD
         self.strikes: dict[tuple[str, int], int] = {}
-        self.rates: dict[str, np.ndarray] = {}  # last pass rate per row (NaN: not scored), for the window step
+        self.counts_of: dict[str, np.ndarray] = {}  # per source, per row: (passes, samples) so far
         self.drawn: OrderedDict[str, tuple[str, int]] = OrderedDict()  # prompt id -> (source, row)
         self.changed: set[str] = set()
         self.saved_at = time.monotonic()
@@ -141,27 +152,47 @@ class DifficultyFilter:
     def scored(self, group: events.ScoredGroup) -> str:
         """Judge one scored group of a prompt this source drew; the retirement it caused or ""."""
         where = self.drawn.get(group.prompt_id)
-        if where is None or group.incomplete:
+        if where is None or group.incomplete or not group.samples:
             return ""
         source, row = where
-        lo, hi = self.band(source)
-        kind, rate = verdict(group, lo, min(hi, self.easy_above[source]), self.cfg.min_variance)
-        rates = self.rates.get(source)
-        if rates is None:
-            rates = self.rates[source] = np.full(self.sizes[source], np.nan, dtype=np.float16)
-        rates[row] = rate
-        if not kind:
-            self.strikes.pop((source, row), None)
-            return ""
-        if kind == HARD:
-            strikes = self.strikes[(source, row)] = self.strikes.get((source, row), 0) + 1
-            if strikes < self.cfg.hard_strikes:
-                return ""
-        self.strikes.pop((source, row), None)
-        if row not in self.retired[source]:
+        counted = outcomes(group)
+        kind = self._by_rate(source, row, *counted) if counted else self._by_variance(source, row, group)
+        if kind and row not in self.retired[source]:
             self.retired[source][row] = kind
             self.changed.add(source)
         return kind
+
+    def _by_rate(self, source: str, row: int, passes: int, samples: int) -> str:
+        counts = self.counts_of.get(source)
+        if counts is None:
+            counts = self.counts_of[source] = np.zeros((self.sizes[source], 2), dtype=np.uint16)
+        counts[row] += np.array((passes, samples), dtype=np.uint16)
+        p, n = int(counts[row, 0]), int(counts[row, 1])
+        if n > self.cfg.memory_samples:
+            counts[row] //= 2  # after this verdict: the older half of the evidence fades
+        lo, hi = self.band(source)
+        if n >= self.cfg.min_samples and p / n >= min(hi, self.easy_above[source]):
+            return EASY
+        if n >= self.cfg.hard_samples and p / n <= lo:
+            return HARD
+        return ""
+
+    def _by_variance(self, source: str, row: int, group: events.ScoredGroup) -> str:
+        if not flat(group, self.cfg.min_variance):
+            self.strikes.pop((source, row), None)
+            return ""
+        strikes = self.strikes[(source, row)] = self.strikes.get((source, row), 0) + 1
+        if strikes < self.cfg.hard_strikes:
+            return ""
+        self.strikes.pop((source, row), None)
+        return HARD
+
+    def rate(self, source: str, row: int) -> float:
+        """The row's pass rate so far (NaN: no verdict yet)."""
+        counts = self.counts_of.get(source)
+        if counts is None or not counts[row, 1]:
+            return float("nan")
+        return float(counts[row, 0]) / float(counts[row, 1])
 
     def window_stage(self) -> tuple[int, int]:
         """The 80K-stage step: readmit the too-hard rows, retire rows now above the tighter easy bound.
@@ -171,17 +202,20 @@ class DifficultyFilter:
             return 0, 0
         readmitted = retired = 0
         for name, rows in self.retired.items():
+            counts = self.counts_of.get(name)
             if step.readmit_hard:
                 hard = [row for row, kind in rows.items() if kind == HARD]
                 for row in hard:
                     del rows[row]
+                    if counts is not None:
+                        counts[row] = 0  # a fresh start under the longer window
                 readmitted += len(hard)
             if step.easy_above is not None:
                 self.easy_above[name] = min(self.easy_above[name], step.easy_above)
-                rates = self.rates.get(name)
-                if rates is not None:
-                    easy = np.flatnonzero(rates.astype(np.float64) >= self.easy_above[name])
-                    fresh = [int(r) for r in easy if int(r) not in rows]
+                if counts is not None:
+                    seen = counts[:, 1] >= self.cfg.min_samples
+                    rate = counts[:, 0] / np.maximum(counts[:, 1], 1)
+                    fresh = [int(r) for r in np.flatnonzero(seen & (rate >= self.easy_above[name])) if int(r) not in rows]
                     rows.update({r: EASY for r in fresh})
                     retired += len(fresh)
             self.changed.add(name)

@@ -130,7 +130,7 @@ def test_the_online_filter_retires_a_too_easy_source_and_keeps_it_retired_after_
                {"generator": "arith", "name": "mixed", "size": 12, "seed": 2}]
     args = source_config(tmp_path, sources, max_epochs=4, lead_steps=1, batch_groups=LIMIT, rollout_group=group,
                          lag_refresh_s=0.2, publish_batch=4, group_size=4,
-                         filter={"enabled": True, "save_every_s": 0.5})
+                         filter={"enabled": True, "save_every_s": 0.5, "min_samples": 4})
     producer = Producer(bootstrap, "test-scores")
     answered: set[str] = set()
 

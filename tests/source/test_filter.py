@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from m1flow.contracts import events
-from svc_source.filter import EASY, HARD, DifficultyFilter, FilterConfig, WindowStep, pack, unpack, verdict
+from svc_source.filter import EASY, HARD, DifficultyFilter, FilterConfig, WindowStep, flat, outcomes, pack, unpack
 
 
 def group(pid: str, correct=None, rewards=None, incomplete=False) -> events.ScoredGroup:
@@ -14,36 +14,48 @@ def group(pid: str, correct=None, rewards=None, incomplete=False) -> events.Scor
     return events.ScoredGroup(prompt_id=pid, samples=samples, incomplete=incomplete)
 
 
-def test_verdicts_use_the_raw_outcome_and_variance_for_partial_credit():
-    assert verdict(group("p", [True] * 4), 0.0, 0.9, 1e-4) == (EASY, 1.0)
-    assert verdict(group("p", [False] * 4), 0.0, 0.9, 1e-4) == (HARD, 0.0)
-    assert verdict(group("p", [True, False, False, False]), 0.0, 0.9, 1e-4) == ("", 0.25)
-    assert verdict(group("p", rewards=[0.5, 0.5, 0.5]), 0.0, 0.9, 1e-4)[0] == HARD  # flat: no advantage
-    assert verdict(group("p", rewards=[0.9, 1.0, 0.95]), 0.0, 0.9, 1e-4)[0] == ""   # high mean, but it varies
+def test_a_group_is_counted_by_raw_outcome_and_partial_credit_by_variance():
+    assert outcomes(group("p", [True, False, True, True])) == (3, 4)
+    assert outcomes(group("p", rewards=[0.5, 0.5])) is None
+    assert flat(group("p", rewards=[0.5, 0.5, 0.5]), 1e-4)  # no advantage
+    assert not flat(group("p", rewards=[0.9, 1.0, 0.95]), 1e-4)  # high mean, but it varies
 
 
-def test_easy_rows_retire_at_once_hard_ones_after_their_strikes():
-    f = DifficultyFilter(FilterConfig(enabled=True, hard_strikes=2), {"a": 10})
+def test_easy_rows_retire_after_min_samples_hard_ones_after_hard_samples():
+    f = DifficultyFilter(FilterConfig(enabled=True, min_samples=8, hard_samples=12), {"a": 10})
     f.drew("a/1", "a", 1)
     f.drew("a/2", "a", 2)
+    assert f.scored(group("a/1", [True] * 4)) == ""  # one group of 4 is too little evidence
     assert f.scored(group("a/1", [True] * 4)) == EASY and f.is_retired("a", 1)
-    assert f.scored(group("a/2", [False] * 4)) == "" and not f.is_retired("a", 2)
+    for _ in range(2):
+        assert f.scored(group("a/2", [False] * 4)) == ""
     assert f.scored(group("a/2", [False] * 4)) == HARD and f.is_retired("a", 2)
     assert f.scored(group("a/9", [True] * 4)) == ""  # not drawn by this source: not its business
     assert f.scored(group("a/1", [True] * 4, incomplete=True)) == ""
     assert f.counts() == {"a": {EASY: 1, HARD: 1}}
 
 
-def test_an_in_band_group_clears_the_strikes():
-    f = DifficultyFilter(FilterConfig(enabled=True, hard_strikes=2), {"a": 10})
+def test_one_pass_keeps_a_row_in_band_and_old_evidence_fades():
+    f = DifficultyFilter(FilterConfig(enabled=True, hard_samples=8, memory_samples=8), {"a": 10})
     f.drew("a/3", "a", 3)
-    f.scored(group("a/3", [False] * 4))
     f.scored(group("a/3", [True, False, False, False]))
-    assert f.scored(group("a/3", [False] * 4)) == ""  # one strike again, not two
+    assert f.scored(group("a/3", [False] * 4)) == ""  # 1 of 8: above the band's bottom (0)
+    assert f.rate("a", 3) == 1 / 8
+    f.scored(group("a/3", [False] * 4))  # 12 samples > memory 8: halved to (0, 6)
+    assert f.rate("a", 3) == 0.0 and f.scored(group("a/3", [False] * 4)) == HARD
+
+
+def test_flat_partial_credit_groups_retire_after_their_strikes():
+    f = DifficultyFilter(FilterConfig(enabled=True, hard_strikes=2), {"a": 10})
+    f.drew("a/4", "a", 4)
+    assert f.scored(group("a/4", rewards=[0.5] * 4)) == ""
+    assert f.scored(group("a/4", rewards=[0.2, 0.9, 0.5, 0.5])) == ""  # it varied: strikes cleared
+    assert f.scored(group("a/4", rewards=[0.5] * 4)) == ""
+    assert f.scored(group("a/4", rewards=[0.5] * 4)) == HARD
 
 
 def test_a_source_with_every_row_retired_is_spent():
-    f = DifficultyFilter(FilterConfig(enabled=True), {"a": 2})
+    f = DifficultyFilter(FilterConfig(enabled=True, min_samples=2), {"a": 2})
     for row in (0, 1):
         f.drew(f"a/{row}", "a", row)
         f.scored(group(f"a/{row}", [True] * 2))
@@ -51,7 +63,8 @@ def test_a_source_with_every_row_retired_is_spent():
 
 
 def test_the_window_step_readmits_hard_rows_and_tightens_the_easy_bound():
-    f = DifficultyFilter(FilterConfig(enabled=True, hard_strikes=1, window_step=WindowStep(easy_above=0.7)), {"a": 10})
+    f = DifficultyFilter(FilterConfig(enabled=True, min_samples=4, hard_samples=4,
+                                      window_step=WindowStep(easy_above=0.7)), {"a": 10})
     for row, outcome in [(1, [False] * 4), (2, [True, True, True, False]), (3, [True] * 4)]:
         f.drew(f"a/{row}", "a", row)
         f.scored(group(f"a/{row}", outcome))
