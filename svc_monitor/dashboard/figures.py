@@ -5,7 +5,9 @@ window with window changes marked, perplexity; per evaluation window: the GenRM 
 signals with their thresholds and the recalibrations marked, the pattern-collapse signals; per
 source (m1flow.accounting) and version: reward, accuracy, mean length and samples per minute; per
 learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
-consumer group and dead letters per minute.
+consumer group and dead letters per minute; the curriculum: the mixture's weights per source as
+each set_mixture left them (stage changes marked), the accuracy per source per curriculum window
+(the level rules' bands drawn) and each generator's difficulty level.
 """
 from __future__ import annotations
 
@@ -93,7 +95,8 @@ class Figures:
             decisions = self.store.decisions(limit=200)
             figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
-                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source()}
+                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source(),
+                       **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
                     "sources": self.source_table(), "status": self.status()}
@@ -147,6 +150,34 @@ class Figures:
         rows = self.store.by_source()
         newest = max((r["policy_version"] for r in rows), default=None)
         return [r for r in rows if r["policy_version"] == newest]
+
+    def curriculum(self) -> dict[str, go.Figure]:
+        """Mixture weights, per-source accuracy per window and levels, from the set_mixture decisions
+        (the monitor's and people's) and the curriculum's signals."""
+        mixtures = self.store.mixture_decisions()
+        changes = [(d["version"], d["stage"]) for prev, d in zip([None, *mixtures], mixtures)
+                   if d["stage"] and (prev is None or prev["stage"] != d["stage"])]
+        weights = _figure("Mixture weights (each set_mixture)", "policy version", "weight")
+        levels = _figure("Difficulty level per generator source", "policy version", "level")
+        for fig, key in ((weights, "weights"), (levels, "levels")):
+            for source in sorted({k for d in mixtures for k in (d[key] or {})}):
+                points = [(d["version"], d[key][source]) for d in mixtures if source in (d[key] or {})]
+                _line(fig, [v for v, _ in points], [w for _, w in points], source, line_shape="hv")
+        for version, stage in changes:
+            weights.add_vline(x=version, line_dash="dot", line_color="green", annotation_text=stage)
+        levels.update_yaxes(dtick=1)
+        accuracy = _figure("Accuracy per source per curriculum window", "policy version (window end)", "accuracy")
+        by_source: dict[str, list] = defaultdict(list)
+        for row in self.store.signal_series("curriculum/accuracy"):
+            if row["name"] == "curriculum/accuracy":  # not accuracy_gain
+                by_source[row["subject"]].append(row)
+        for source, rows in sorted(by_source.items()):
+            _line(accuracy, [r["version_to"] for r in rows], [r["value"] for r in rows], source)
+        for rule in self.cfg.curriculum.levels:
+            for bound, where in zip(rule.band, ("bottom right", "top right")):
+                _threshold(accuracy, bound, f"{rule.source} band", where)
+        accuracy.update_yaxes(range=[0, 1])
+        return {"mixture": weights, "curriculum_accuracy": accuracy, "levels": levels}
 
     def length(self, decisions: list[dict]) -> go.Figure:
         fig = _figure("Output length (tokens) against the window", "policy version", "tokens")
