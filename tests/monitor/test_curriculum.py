@@ -289,7 +289,8 @@ def test_decisions_store_the_mixture_and_the_report_and_the_dashboard_show_it(st
     weights = {t.name: list(t.y) for t in figures["mixture"].data}
     assert weights["chat"] == [0.0, 0.5, 0.666667, 0.833333]  # start, by hand, two ramp steps on from it
     assert {t.name: list(t.y) for t in figures["levels"].data} == {"arith": [1, 2, 2, 2]}
-    assert [a.text for a in figures["mixture"].layout.annotations] == ["reasoning", "blend"]
+    assert [a.text for a in figures["mixture"].layout.annotations] == ["reasoning", "blend"]  # stage changes
+    assert len(figures["mixture"].layout.shapes) == 2
     accuracy = {t.name: list(t.y) for t in figures["curriculum_accuracy"].data}
     assert accuracy == {"arith": [0.5, 0.9], "rg:basic_arithmetic": [0.5, 0.5]}
     store.close()
