@@ -7,6 +7,7 @@ from pydantic import Field, field_validator
 
 from m1flow.data.dataset import DatasetConfig
 from m1flow.runtime.config import ServiceConfig
+from svc_source.filter import FilterConfig
 
 
 class SourceConfig(ServiceConfig):
@@ -26,6 +27,8 @@ class SourceConfig(ServiceConfig):
     rollout_group: str = Field("m1flow-rollout", description="consumer group of the rollout service (its lag counts)")
     publish_batch: int = Field(64, ge=1, description="prompts per acknowledged batch (and per state record)")
     lag_refresh_s: float = Field(0.5, gt=0, description="how often the rollout group's lag is read")
+    filter: FilterConfig = Field(default_factory=FilterConfig,
+                                 description="online difficulty filter: retire rows whose pass rate leaves the band")
     scan_back: int = Field(2000, ge=0, description="on start, records per `prompts` partition read back to find "
                                                    "prompts published after the last state record")
 
@@ -33,3 +36,10 @@ class SourceConfig(ServiceConfig):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @field_validator("sources")
+    @classmethod
+    def _some_weight(cls, value: list[DatasetConfig]) -> list[DatasetConfig]:
+        if value and sum(d.weight for d in value) <= 0:
+            raise ValueError("every source has weight 0: nothing would be drawn")
+        return value

@@ -75,11 +75,12 @@ class Interleave:
         return _rng(self.seed, "interleave", self.mixture_version, c).choice(len(self.p), INTERLEAVE_CHUNK, p=self.p)
 
     def choice(self, draw: int, exhausted: Sequence[bool] = ()) -> int | None:
-        """The source of draw `draw`; an exhausted one passes to the next live one (None: all done)."""
+        """The source of draw `draw`; an exhausted one passes to the next live one with a weight
+        (None: all done, or only weight-0 sources left)."""
         i = int(self._chunk(draw // INTERLEAVE_CHUNK)[draw % INTERLEAVE_CHUNK])
         n = len(self.p)
         for step in range(n):
             j = (i + step) % n
-            if not (exhausted and exhausted[j]):
+            if self.p[j] > 0 and not (exhausted and exhausted[j]):
                 return j
         return None

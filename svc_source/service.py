@@ -22,19 +22,22 @@ from kafka.errors import KafkaError
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.lag import GroupLag
-from m1flow.bus.topics import CONTROL, DLQ, POLICY, PROMPTS, SOURCE_STATE
+from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, PROMPTS, SCORED, SOURCE_STATE
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
-from m1flow.data.dataset import open_source
+from m1flow.data.dataset import DatasetConfig, open_source
 from m1flow.data.record import RowError
 from m1flow.runtime.service import Service
 from m1flow.source import BadRow, prompt_for, row_letter
 from svc_source import metrics
 from svc_source.config import SourceConfig
 from svc_source.cursor import Cursor
+from svc_source.filter import DifficultyFilter
 from svc_source.lead import Lead
+from svc_source.mixture import Mixture, MixtureRefused, Schedule, history_key
 from svc_source.order import Interleave
-from svc_source.state import load_state, published_since
+from svc_source.scored import ScoredFollower
+from svc_source.state import load_states, published_since
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,12 @@ class SourceService(Service):
         self.config: SourceConfig = config
         self.cursors: list[Cursor] = []
         self.draws = 0
-        self.mixture_version = 0
+        self.mixture = Mixture.initial({}, {})
+        self.schedule: Schedule | None = None  # a replay's mixtures, from the original run's state
+        self.queued: list[events.Control] = []  # mixture commands waiting for the pending batch
+        self.filter: DifficultyFilter | None = None  # the online difficulty filter, when enabled
+        self.scored: ScoredFollower | None = None
+        self.window = 0  # the largest output window `control` has set (a larger one is a new stage)
         self.skip: set[int] = set()  # draws already on `prompts` past the state (a batch a kill cut)
         self.pending: tuple[list[events.Prompt], list[events.DeadLetter]] | None = None  # drawn, not acked
 
@@ -83,10 +91,17 @@ class SourceService(Service):
         names = [s.name for s in opened]
         if len(set(names)) != len(names):
             raise SourceUnreadable(f"source: source names must be unique, got {names}")
-        self.interleave = Interleave([d.weight for d in cfg.sources], cfg.seed, self.mixture_version)
+        self.datasets = {src.name: d for src, d in zip(opened, cfg.sources)}
+        self.mixture = Mixture.initial({src.name: d.weight for src, d in zip(opened, cfg.sources)},
+                                       {src.name: d.level for src, d in zip(opened, cfg.sources) if d.generator})
         self.producer = Producer(cfg.bootstrap, f"source-{cfg.replica}", suffix=cfg.output_suffix,
                                  client=cfg.kafka_client)
-        state = self._resume_state()
+        records = self._states(self._topic(SOURCE_STATE.name))
+        state = self._resume_state(records)
+        if state is not None:
+            self.mixture = self.mixture.restored(state)
+        opened = [self._at_level(src) for src in opened]
+        self.interleave = self._interleave()
         at = {c.source: c for c in state.cursors} if state else {}
         self.draws = state.draws if state else 0
         self.cursors = [Cursor(src, cfg.seed, cfg.block_rows, cfg.max_epochs,
@@ -98,41 +113,141 @@ class SourceService(Service):
                  ", ".join(f"{c.name} e{c.epoch}@{c.position}/{c.n}" for c in self.cursors), len(self.skip))
         self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"source-{cfg.replica}-watch")
         replaying = bool(cfg.output_suffix)
+        if replaying:
+            self.schedule = self._original_schedule()
+        if cfg.filter.enabled and not replaying:
+            self.filter = DifficultyFilter(cfg.filter, {c.name: c.n for c in self.cursors})
+            if state is not None:
+                self.filter.restore({k: r for k, r in records.items() if k.startswith(f"{self.state_key}/retired/")})
+            self.scored = ScoredFollower(cfg.bootstrap, SCORED.name, f"source-{cfg.replica}-scored", cfg.run_id)
+        elif cfg.filter.enabled:
+            log.info("replaying: the online filter is off (the replay draws what a run without it draws)")
         lag = None if replaying or cfg.lead_steps <= 0 else GroupLag(cfg.bootstrap, f"source-{cfg.replica}-lag")
         self.lead = Lead(lag, cfg.rollout_group, PROMPTS.name, cfg.lead_steps, cfg.batch_groups, cfg.lag_refresh_s)
-        self._apply(self.watcher.catch_up())
+        history = self.watcher.catch_up()
+        if self.mixture.command_id:  # commands up to the one in force were applied before the restart
+            ids = [m.header.message_id if isinstance(m, events.Control) else "" for m in history]
+            if self.mixture.command_id in ids:
+                history = history[ids.index(self.mixture.command_id) + 1:]
+        self.window = max((m.set_window.max_new_tokens for m in history if isinstance(m, events.Control)
+                           and m.WhichOneof("command") == "set_window"), default=0)
+        self._apply(history)
+        self._report_mixture()
 
     def _topic(self, name: str) -> str:
         return f"{name}.{self.config.output_suffix}" if self.config.output_suffix else name
 
-    def _resume_state(self) -> events.SourceState | None:
+    def _states(self, topic: str) -> dict[str, events.SourceState]:
         while not self.stop.is_set():
             try:
-                state = load_state(self.config.bootstrap, self._topic(SOURCE_STATE.name), self.state_key)
-                break
+                return load_states(self.config.bootstrap, topic, self.state_key)
             except (TimeoutError, KafkaError) as exc:
-                log.warning("reading `source_state` failed, retrying: %s", exc)
-        else:
-            return None
+                log.warning("reading `%s` failed, retrying: %s", topic, exc)
+        return {}
+
+    def _resume_state(self, records: dict[str, events.SourceState]) -> events.SourceState | None:
+        state = records.get(self.state_key)
         if state is not None and state.config_digest != config_digest(self.config):
             log.warning("the state under %s was written for another config (seed, sources, block): starting over",
                         self.state_key)
             return None
         return state
 
+    def _original_schedule(self) -> Schedule:
+        """A replay draws under the original run's mixtures, each from the draw it took effect at."""
+        records = self._states(SOURCE_STATE.name)
+        prefix = history_key(self.state_key, 0)[:-8]
+        base = Mixture.initial(self.mixture.weights, self.mixture.levels)
+        versions = sorted((base.restored(r) for k, r in records.items() if k.startswith(prefix)),
+                          key=lambda m: m.version)
+        if versions:
+            log.info("replaying under %s mixture version(s) of the original run", len(versions))
+        return Schedule(versions)
+
+    def _at_level(self, src):  # noqa: ANN001, ANN202 - a TaskSource
+        """The source at the level the mixture holds for it: a generator at another level is reopened,
+        its ids tagged with the level (another level's item i is another task)."""
+        dataset = self.datasets[src.name]
+        level = self.mixture.levels.get(src.name)
+        if not dataset.generator or level == getattr(getattr(src, "cfg", None), "level", dataset.level):
+            return src
+        return open_source(dataset.model_copy(update={"level": level}), tag_level=level != dataset.level)
+
+    def _interleave(self) -> Interleave:
+        return Interleave(self.mixture.weight_list([c.name for c in self.cursors] or list(self.datasets)),
+                          self.config.seed, self.mixture.version)
+
     def _apply(self, messages: list) -> None:
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
                 self.lead.learner_batch(msg.batch_groups)
+            elif isinstance(msg, events.Control) and msg.WhichOneof("command") == "set_mixture":
+                if self.schedule is not None:
+                    continue  # a replay follows the original run's mixtures, not today's commands
+                if msg.header.trace.run_id not in ("", self.config.run_id):
+                    continue  # another run's curriculum
+                self.queued.append(msg)
+            elif isinstance(msg, events.Control) and msg.WhichOneof("command") == "set_window":
+                if msg.set_window.max_new_tokens > self.window and self.window and self.filter is not None:
+                    readmitted, retired = self.filter.window_stage()
+                    log.info("output window %s -> %s: %s too-hard rows readmitted, %s easy rows retired",
+                             self.window, msg.set_window.max_new_tokens, readmitted, retired)
+                self.window = max(self.window, msg.set_window.max_new_tokens)
+        if self.pending is None:
+            for msg in self.queued:
+                self._set_mixture(msg)
+            self.queued = []
+
+    def _set_mixture(self, msg: events.Control) -> None:
+        """Apply one SetMixture from the next draw on, or refuse it with a metric saying why."""
+        generators = {n for n, d in self.datasets.items() if d.generator}
+        try:
+            mixture = self.mixture.after(msg.set_mixture, self.draws, generators, msg.header.message_id)
+        except MixtureRefused as exc:
+            metrics.MIXTURE_REFUSED.labels(exc.code).inc()
+            self.producer.send(METRICS, self.name, events.Metric(
+                header=codec.header(self.name, run_id=self.config.run_id), service=self.name,
+                name="source/mixture_refused", value=1.0, labels={"reason": exc.code, "why": str(exc),
+                                                                  "command": msg.header.message_id}))
+            log.warning("set_mixture %s refused: %s", msg.header.message_id, exc)
+            return
+        self._use(mixture)
+        log.info("mixture v%s from draw %s (%s): weights %s, levels %s", mixture.version, mixture.from_draw,
+                 mixture.stage or "no stage", mixture.weights, {n: v for n, v in mixture.levels.items() if v})
+
+    def _use(self, mixture: Mixture) -> None:
+        """Draw under `mixture` from now on; its state is on the broker before the first such draw."""
+        self.mixture = mixture
+        for cursor in self.cursors:
+            source = self._at_level(cursor.source)
+            if source is not cursor.source:
+                cursor.source, cursor._held = source, None  # the block under it is regenerated at the new level
+        self.interleave = self._interleave()
+        state = self.state()
+        self.producer.send(SOURCE_STATE, history_key(self.state_key, mixture.version), state)
+        self.producer.send(SOURCE_STATE, self.state_key, state)
+        self.producer.flush()
+        self._report_mixture()
+
+    def _report_mixture(self) -> None:
+        metrics.MIXTURE_VERSION.set(self.mixture.version)
+        for name, weight in self.mixture.weights.items():
+            metrics.WEIGHT.labels(name).set(weight)
+        for name, level in self.mixture.levels.items():
+            metrics.LEVEL.labels(name).set(level or 0)
 
     # ---- publishing ----------------------------------------------------------------------
     def draw(self, n: int) -> tuple[list[events.Prompt], list[events.DeadLetter]]:
         """The next n draws' prompts and bad-row letters (fewer when every source is exhausted)."""
         cfg = self.config
         prompts, letters = [], []
-        exhausted = [c.exhausted for c in self.cursors]
+        exhausted = self._exhausted()
         head = codec.header(self.name, run_id=cfg.run_id)  # one per batch; each prompt's id is its draw's
         while len(prompts) + len(letters) < n:
+            if self.schedule is not None and (due := self.schedule.due(self.draws, self.mixture.version)):
+                if prompts or letters:
+                    break  # the batch ends where the next version starts: its state is written first
+                self._use(due)
             j = self.interleave.choice(self.draws, exhausted)
             if j is None:
                 break
@@ -143,25 +258,35 @@ class SourceService(Service):
                 self.skip.discard(draw)
             else:
                 epoch, position, row, item = cursor.draw()
+                if self.filter is not None and self.filter.is_retired(cursor.name, row):
+                    metrics.RETIRED_SKIPS.labels(cursor.name).inc()
+                    exhausted[j] = cursor.exhausted or self.filter.spent(cursor.name)
+                    continue
                 origin = events.SourceCursor(source=cursor.name, epoch=epoch, position=position, draw=draw,
-                                             mixture_version=self.mixture_version, stream=self.state_key)
+                                             mixture_version=self.mixture.version, stream=self.state_key)
                 try:
                     if isinstance(item, Exception):
                         raise item
                     prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
                                               path=self.where[cursor.name], row=row, header=head))
+                    if self.filter is not None:
+                        self.filter.drew(prompts[-1].prompt_id, cursor.name, row)
                 except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
                     letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
                     metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
                     log.warning("bad row skipped: %s", exc)
-            exhausted[j] = cursor.exhausted
+            exhausted[j] = cursor.exhausted or bool(self.filter and self.filter.spent(cursor.name))
         return prompts, letters
 
+    def _exhausted(self) -> list[bool]:
+        """Per source: nothing left to draw (its epochs done, or every row retired by the filter)."""
+        return [c.exhausted or bool(self.filter and self.filter.spent(c.name)) for c in self.cursors]
+
     def state(self) -> events.SourceState:
-        return events.SourceState(
+        return self.mixture.to_state(events.SourceState(
             header=codec.header(self.name, run_id=self.config.run_id), draws=self.draws,
             cursors=[events.SourceCursor(source=c.name, epoch=c.epoch, position=c.position) for c in self.cursors],
-            mixture_version=self.mixture_version, config_digest=config_digest(self.config))
+            config_digest=config_digest(self.config)))
 
     def publish(self, n: int) -> int:
         """Draw, publish and acknowledge up to n prompts, then the state after them; returns how many.
@@ -186,6 +311,27 @@ class SourceService(Service):
         self.lead.published(len(prompts))
         return len(prompts)
 
+    def idle(self) -> bool:
+        """No draw can be made: every source is exhausted (or retired) or has weight 0."""
+        return self.interleave.choice(self.draws, self._exhausted()) is None
+
+    def follow_scores(self) -> None:
+        """Judge the groups scored since the last call; keep changed retired sets on `source_state`."""
+        if self.filter is None or self.scored is None:
+            return
+        for group in self.scored.poll():
+            kind = self.filter.scored(group)
+            if group.prompt_id in self.filter.drawn:
+                metrics.JUDGED.labels(self.filter.drawn[group.prompt_id][0], kind or "in_band").inc()
+        saved = self.filter.records()
+        for name, record in saved:
+            record.header.CopyFrom(codec.header(self.name, run_id=self.config.run_id))
+            self.producer.send(SOURCE_STATE, f"{self.state_key}/retired/{name}", record)
+        if saved:
+            for name, counts in self.filter.counts().items():
+                for kind, count in counts.items():
+                    metrics.RETIRED.labels(name, kind).set(count)
+
     def report(self) -> None:
         for c in self.cursors:
             metrics.EPOCH.labels(c.name).set(c.epoch)
@@ -199,6 +345,7 @@ class SourceService(Service):
         while not self.stop.is_set():
             try:
                 self._apply(self.watcher.poll(0))
+                self.follow_scores()
                 self.lead.refresh()
                 room = self.lead.room()
                 n = self.config.publish_batch if room is None else min(room, self.config.publish_batch)
@@ -207,8 +354,9 @@ class SourceService(Service):
                 log.warning("publishing failed, retrying: %s", exc)
                 published, n = 0, 0
                 self.stop.wait(1.0)
-            if n > 0 and published == 0 and all(c.exhausted for c in self.cursors):
-                reason = "every source exhausted"
+            if n > 0 and published == 0 and not self.pending and self.idle():
+                done = all(self._exhausted())
+                reason = "every source exhausted" if done else "every source left has weight 0"
             else:
                 reason = "" if n > 0 else "lead full"
             if reason != held:
@@ -220,7 +368,11 @@ class SourceService(Service):
                 self.stop.wait(0.2)
 
     def shutdown(self) -> None:
-        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None)):
+        if self.filter is not None and getattr(self, "producer", None) is not None:
+            for name, record in self.filter.records(force=True):  # the retirements since the last save
+                self.producer.send(SOURCE_STATE, f"{self.state_key}/retired/{name}", record)
+        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None),
+                       self.scored):
             if closer is not None:
                 try:
                     closer.close()

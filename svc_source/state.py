@@ -45,23 +45,31 @@ def _read(consumer: KafkaConsumer, begin: dict[TopicPartition, int], end: dict[T
                 live.discard(tp)
 
 
-def load_state(bootstrap: str, topic: str, key: str, timeout_s: float = 60.0) -> events.SourceState | None:
-    """The newest state written under `key` (None: a fresh start)."""
+def load_states(bootstrap: str, topic: str, key: str, timeout_s: float = 60.0) -> dict[str, events.SourceState]:
+    """The newest record of `key` and of every key under it ('<key>/mixture/..', '<key>/retired/..'),
+    by key; empty: a fresh start."""
     consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              client_id="m1flow-source-state")
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
         begin, end = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
-        newest = None
+        newest: dict[str, events.SourceState] = {}
         for rec in _read(consumer, begin, end, timeout_s):
-            if rec.key == key.encode() and rec.value is not None:
-                try:
-                    newest = codec.decode(rec.value, events.SourceState)
-                except codec.CodecError as exc:
-                    log.warning("skipping undecodable state at %s@%s: %s", topic, rec.offset, exc)
+            name = (rec.key or b"").decode(errors="replace")
+            if rec.value is None or not (name == key or name.startswith(key + "/")):
+                continue
+            try:
+                newest[name] = codec.decode(rec.value, events.SourceState)
+            except codec.CodecError as exc:
+                log.warning("skipping undecodable state at %s@%s: %s", topic, rec.offset, exc)
         return newest
     finally:
         consumer.close()
+
+
+def load_state(bootstrap: str, topic: str, key: str, timeout_s: float = 60.0) -> events.SourceState | None:
+    """The newest state written under `key` (None: a fresh start)."""
+    return load_states(bootstrap, topic, key, timeout_s).get(key)
 
 
 def published_since(bootstrap: str, topic: str, stream: str, draws: int, scan_back: int,

@@ -81,10 +81,10 @@ class FileSource:
 class GeneratorSource:
     """`size` records per epoch of a generator; record i regenerated from (seed, i, level, config)."""
 
-    def __init__(self, cfg: DatasetConfig) -> None:
+    def __init__(self, cfg: DatasetConfig, tag_level: bool = False) -> None:
         from m1flow.data import generators
 
-        self.cfg, self.name = cfg, cfg.source_name
+        self.cfg, self.name, self.tag_level = cfg, cfg.source_name, tag_level
         family, _, suffix = cfg.generator.partition(":")
         generators.GENERATORS.get(family)  # unknown generator: ValueError naming the known ones
         if family == "rg":
@@ -115,13 +115,16 @@ class GeneratorSource:
                 update["source"] = cfg.name
             if cfg.domain:
                 update["domain"] = cfg.domain
+            if self.tag_level:  # a level set at run time: item i there is another task than at the config's
+                update["id"] = f"{record.id}@L{cfg.level}"
             yield index, record.model_copy(update=update) if update else record
 
 
-def open_source(cfg: DatasetConfig) -> TaskSource:
-    """The configured source; an unreadable file raises TableError, an unknown name ValueError."""
+def open_source(cfg: DatasetConfig, tag_level: bool = False) -> TaskSource:
+    """The configured source; an unreadable file raises TableError, an unknown name ValueError.
+    tag_level: a generator's record ids name its level (the prompt source's run-time levels)."""
     if cfg.generator:
-        return GeneratorSource(cfg)
+        return GeneratorSource(cfg, tag_level)
     table = open_table(cfg.path, cfg.format)
     ctx = ImportContext(source=cfg.source_name, path=str(cfg.path), kinds=cfg.kinds, domain=cfg.domain)
     return FileSource(cfg.source_name, table, IMPORTERS.get(cfg.importer), ctx)
