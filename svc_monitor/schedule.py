@@ -110,7 +110,7 @@ class Stage(BaseModel):
     name: str = Field(min_length=1)
     weights: dict[str, float] = Field(description="source -> weight set when the stage starts "
                                                   "(a source not named keeps its weight)")
-    levels: dict[str, int] = Field({}, description="generator source -> level set when the stage starts")
+    levels: dict[str, int] = Field({}, description="generator source -> level (>= 1) set when the stage starts")
     ramp: Ramp | None = None
     until: list[Condition] = Field([], description="the stage ends when all of these hold (empty: it never ends)")
 
@@ -119,6 +119,9 @@ class Stage(BaseModel):
         where = f"stage {self.name!r}"
         if not self.weights:
             raise ValueError(f"{where}: name the weights it sets")
+        low = {k: v for k, v in self.levels.items() if v < 1}
+        if low:
+            raise ValueError(f"{where}: levels start at 1, got {low}")
         _weights_ok(self.weights, where)
         if self.ramp is not None:
             _weights_ok(self.ramp.weights, f"{where} ramp", some_positive=False)  # the others may keep some
@@ -157,8 +160,8 @@ class LevelRule(BaseModel):
 
     source: str = Field(min_length=1)
     band: tuple[float, float] = Field((0.3, 0.8), description="(low, high) accuracy")
-    min_level: int = Field(1, ge=0)
-    max_level: int = Field(3, ge=0)
+    min_level: int = Field(1, ge=1, description="levels start at 1 (svc_source refuses lower)")
+    max_level: int = Field(3, ge=1)
     start_level: int | None = Field(None, description="the level the schedule starts it at (default min_level)")
     consecutive: int = Field(2, ge=1, description="windows in a row out of the band before moving")
     cooldown_windows: int = Field(1, ge=0, description="windows of this source ignored after a move")

@@ -52,14 +52,14 @@ def mixture_weight(text: str) -> tuple[str, float]:
 
 
 def mixture_level(text: str) -> tuple[str, int]:
-    """NAME=L: a generator source's difficulty level, a whole number >= 0."""
+    """NAME=L: a generator source's difficulty level, a whole number >= 1."""
     name, value = _named(text, "--level")
     try:
         level = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"the level of {name} must be a whole number, got {value!r}") from None
-    if not 0 <= level <= MAX_LEVEL:
-        raise argparse.ArgumentTypeError(f"the level of {name} must be between 0 and {MAX_LEVEL}, got {level}")
+    if not 1 <= level <= MAX_LEVEL:
+        raise argparse.ArgumentTypeError(f"the level of {name} must be between 1 and {MAX_LEVEL}, got {level}")
     return name, level
 
 

@@ -157,6 +157,7 @@ BAD = [
     ({"stages": [{**REASONING, "until": [{"signal": "stage_windows", "sources": ["arith"], "above": 3}]}, BLEND]},
      "not per source"),
     ({"levels": [{"source": "arith", "band": [0.8, 0.3]}]}, "band must be 0 <= low < high <= 1"),
+    ({"stages": [{**BLEND, "levels": {"arith": 0}}]}, "levels start at 1"),
     ({"levels": [{"source": "arith"}, {"source": "arith"}]}, "one level rule per source, ['arith']"),
     ({"levels": [{"source": "arith", "max_level": 3}], "stages": [{**BLEND, "levels": {"arith": 7}}]},
      "outside its level rule's [1, 3]"),
@@ -302,7 +303,7 @@ def test_the_cli_parses_a_mixture_and_refuses_bad_ones():
     assert mixture_weight("rg:leg_counting=0.5") == ("rg:leg_counting", 0.5)
     assert mixture_level("arith=3") == ("arith", 3)
     for bad, parse in (("arith", mixture_weight), ("arith=-1", mixture_weight), ("arith=nan", mixture_weight),
-                       ("=1", mixture_weight), ("arith=x", mixture_level), ("arith=-2", mixture_level)):
+                       ("=1", mixture_weight), ("arith=x", mixture_level), ("arith=0", mixture_level)):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
     msg = control_command("mixture", "r", user="me", weights={"arith": 1.0}, levels={"arith": 2}, stage="s")
