@@ -81,10 +81,10 @@ class Controller:
         """Every window completed since the last call, oldest first."""
         out = Outcome()
         if self.cfg.curriculum.active:
-            started = self.curriculum.start(self.store.latest_version() or 0)
-            if started.commands:
+            if not self.curriculum.state.started:
+                started = self.curriculum.start(self.store.latest_version() or 0)
+                self.dirty = self.dirty or bool(started.commands)
                 out.extend(started)
-                self.dirty = True
             while (groups := self.next_group_window()) is not None:
                 out.extend(self.curriculum.evaluate(groups, act=self._fresh(max(g.ts_ms for g in groups))))
                 self.dirty = True
