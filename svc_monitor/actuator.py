@@ -24,6 +24,10 @@ def control_message(command: Command, producer: str, run_id: str) -> events.Cont
         msg.recalibrate.reason = command.reason
     elif command.command == "set_window":
         msg.set_window.max_new_tokens = command.max_new_tokens
+    elif command.command == "set_mixture":
+        msg.set_mixture.weights.update(command.weights)
+        msg.set_mixture.levels.update(command.levels)
+        msg.set_mixture.stage = command.stage
     else:
         raise ValueError(f"unknown command {command.command!r}")
     return msg
@@ -57,9 +61,10 @@ class Actuator:
         ctx.emit(CONTROL, command.command, msg)
         version = self.store.latest_version() or 0
         self.store.write(Batch(decisions=[decision_row(msg, version)]))
+        mixture = {"stage": command.stage} if command.command == "set_mixture" else {}
         ctx.metric("monitor/decision", 1.0, step=command.evidence.version_to, command=command.command,
                    rule=command.evidence.rule, max_new_tokens=str(command.max_new_tokens),
-                   message_id=msg.header.message_id)
+                   message_id=msg.header.message_id, **mixture)
         log.warning("control %s: %s", command.command, command.reason)
 
     def alert(self, change: AlertChange, ctx: Context) -> None:

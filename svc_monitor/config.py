@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, field_validator
 
 from m1flow.runtime.config import ServiceConfig
+from svc_monitor.schedule import CurriculumConfig
 
 
 class LengthBiasConfig(BaseModel):
@@ -101,3 +102,6 @@ class MonitorConfig(ServiceConfig):
     precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig,
+                                         description="stages, ramps and adaptive levels of the prompt mixture "
+                                                     "(svc_monitor/schedule.py); empty: off")

@@ -11,10 +11,11 @@ import time
 
 from svc_monitor.config import MonitorConfig
 from svc_monitor.outcome import Outcome
+from svc_monitor.rules.curriculum import CurriculumRule
 from svc_monitor.rules.length_bias import LengthBiasRule
 from svc_monitor.rules.precision import PrecisionRule
 from svc_monitor.rules.window_stages import WindowStageRule
-from svc_monitor.schema import DecisionRow, GenRMSampleRow, RolloutRow
+from svc_monitor.schema import DecisionRow, GenRMSampleRow, GroupRow, RolloutRow
 from svc_monitor.store import Store
 
 STATE_KEY = "controller"
@@ -26,10 +27,12 @@ class Controller:
         self.store = store
         self.cfg = cfg
         state = store.get_state(STATE_KEY) or {}
-        self.cursors: dict[str, int] = {"genrm": 0, "rollouts": 0, "precision": 0, **state.get("cursors", {})}
+        self.cursors: dict[str, int] = {"genrm": 0, "rollouts": 0, "precision": 0, "groups": 0,
+                                        **state.get("cursors", {})}
         self.length_bias = LengthBiasRule(cfg.length_bias, state.get("length_bias"))
         self.window = WindowStageRule(cfg.window, state.get("window"))
         self.precision = PrecisionRule(cfg.precision, state.get("precision"))
+        self.curriculum = CurriculumRule(cfg.curriculum, state.get("curriculum"))
         self.dirty = False
 
     def save(self) -> None:
@@ -38,7 +41,8 @@ class Controller:
             return
         self.dirty = False
         self.store.set_state(STATE_KEY, {"cursors": self.cursors, "length_bias": self.length_bias.snapshot(),
-                                         "window": self.window.snapshot(), "precision": self.precision.snapshot()})
+                                         "window": self.window.snapshot(), "precision": self.precision.snapshot(),
+                                         "curriculum": self.curriculum.snapshot()})
 
     def _fresh(self, newest_ms: int) -> bool:
         return time.time() * 1000 - newest_ms <= self.cfg.act_within_s * 1000
@@ -64,9 +68,26 @@ class Controller:
         self.cursors["rollouts"] = rows[-1].id
         return rows
 
+    def next_group_window(self) -> list[GroupRow] | None:
+        """The next `window_groups` scored groups after the cursor (the curriculum's windows)."""
+        want = self.cfg.curriculum.window_groups
+        rows = self.store.groups_after(self.cursors["groups"], want)
+        if len(rows) < want:
+            return None
+        self.cursors["groups"] = rows[-1].seq
+        return rows
+
     def evaluate(self) -> Outcome:
         """Every window completed since the last call, oldest first."""
         out = Outcome()
+        if self.cfg.curriculum.active:
+            if not self.curriculum.state.started:
+                started = self.curriculum.start(self.store.latest_version() or 0)
+                self.dirty = self.dirty or bool(started.commands)
+                out.extend(started)
+            while (groups := self.next_group_window()) is not None:
+                out.extend(self.curriculum.evaluate(groups, act=self._fresh(max(g.ts_ms for g in groups))))
+                self.dirty = True
         while (rows := self.next_genrm_window()) is not None:
             out.extend(self.length_bias.evaluate(rows, act=self._fresh(max(r.ts_ms for r in rows))))
             self.dirty = True
@@ -87,4 +108,6 @@ class Controller:
                 self.length_bias.recalibrated()
             elif decision.command == "set_window":
                 self.window.window_set(decision.max_new_tokens)
+            elif decision.command == "set_mixture":
+                self.curriculum.mixture_set(decision.weights or {}, decision.levels or {}, decision.stage)
             self.dirty = True

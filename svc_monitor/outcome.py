@@ -39,12 +39,16 @@ class Signal:
 
 @dataclass(frozen=True)
 class Command:
-    """A command for `control`: "recalibrate" or "set_window"."""
+    """A command for `control`: "recalibrate", "set_window" or "set_mixture" (the whole mixture in
+    force after it: weights, levels and the stage)."""
 
     command: str
     reason: str
     evidence: Evidence
     max_new_tokens: int = 0
+    weights: dict[str, float] = field(default_factory=dict)
+    levels: dict[str, int] = field(default_factory=dict)
+    stage: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,28 @@ def build_report(store: Store, controller: Controller, dashboard_url: str, max_e
               for a in store.alerts(limit)]
     decisions = [rpc.Decision(command=d["command"], max_new_tokens=d["max_new_tokens"], reason=d["reason"],
                               evidence=evidence_proto(d["evidence"]), at_unix_ms=d["ts_ms"],
-                              message_id=d["message_id"]) for d in store.decisions(limit)]
+                              message_id=d["message_id"], mixture=mixture_proto(d)) for d in store.decisions(limit)]
     return rpc.MonitorReport(rows=[rpc.VersionRow(**row) for row in store.by_version()], alert_log=alerts,
                              decisions=decisions, window=controller.window.state.window,
                              stage=controller.window.stage, dashboard_url=dashboard_url,
                              signals=store.latest_signals(),
-                             source_rows=[rpc.SourceRow(**_unset_none(row)) for row in store.by_source()])
+                             source_rows=[rpc.SourceRow(**_unset_none(row)) for row in store.by_source()],
+                             curriculum=curriculum_state(controller))
+
+
+def mixture_proto(decision: dict) -> events.SetMixture | None:
+    """A stored set_mixture decision's mixture (None for the other commands)."""
+    if decision["command"] != "set_mixture":
+        return None
+    return events.SetMixture(weights=decision["weights"] or {}, levels=decision["levels"] or {},
+                             stage=decision["stage"] or "")
+
+
+def curriculum_state(controller: Controller) -> rpc.CurriculumState:
+    rule = controller.curriculum
+    s = rule.state
+    return rpc.CurriculumState(stage=rule.stage_name, stage_index=s.stage, stages=len(rule.cfg.stages),
+                               stage_windows=s.stage_windows, windows=s.windows, weights=s.weights, levels=s.levels)
 
 
 def _unset_none(row: dict) -> dict:

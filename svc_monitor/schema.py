@@ -32,6 +32,7 @@ class GroupRow(Base):
     ts_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     source: Mapped[str] = mapped_column(String, default="")  # m1flow.accounting.source_of (revision 0003)
     domain: Mapped[str] = mapped_column(String, default="")
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)  # arrival order, from 1 (revision 0004)
 
 
 class MetricRow(Base):
@@ -100,6 +101,9 @@ class DecisionRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     evidence: Mapped[dict] = mapped_column(JSON)
     version: Mapped[int] = mapped_column(BigInteger, default=0)  # newest policy version when recorded
+    weights: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # set_mixture only (revision 0004)
+    levels: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    stage: Mapped[str] = mapped_column(String, default="")
 
 
 class AlertRow(Base):

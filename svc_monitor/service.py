@@ -110,7 +110,8 @@ class MonitorService(Service):
 
     def state(self) -> dict:
         """What the dashboard shows of the rules' state."""
-        return {"window": self.controller.window.state.window, "stage": self.controller.window.stage}
+        return {"window": self.controller.window.state.window, "stage": self.controller.window.stage,
+                "curriculum_stage": self.controller.curriculum.stage_name}
 
     def start(self) -> None:
         if self.config.dashboard_port >= 0:

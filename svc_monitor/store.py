@@ -128,9 +128,12 @@ class Store:
         with Session(self.engine, expire_on_commit=False) as session:
             new_ids = _missing(session, GroupRow.group_id, [g.group.group_id for g in batch.groups])
             groups = []
+            seq = (session.scalar(select(func.max(GroupRow.seq))) or 0) if new_ids else 0
             for rows in batch.groups:
                 if rows.group.group_id in new_ids:
                     new_ids.discard(rows.group.group_id)  # a group twice in one batch: once
+                    seq += 1
+                    rows.group.seq = seq  # arrival order (the store has one writer)
                     groups.append(rows.group)
                     session.add(rows.group)
                     session.add_all(rows.genrm)
@@ -211,6 +214,12 @@ class Store:
         with Session(self.engine, expire_on_commit=False) as session:
             return list(session.scalars(select(RolloutRow).where(RolloutRow.id > last_id)
                                         .order_by(RolloutRow.id).limit(limit)))
+
+    def groups_after(self, last_seq: int, limit: int) -> list[GroupRow]:
+        """Scored groups stored after `last_seq`, in arrival order."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            return list(session.scalars(select(GroupRow).where(GroupRow.seq > last_seq)
+                                        .order_by(GroupRow.seq).limit(limit)))
 
     def genrm_after(self, last_id: int, limit: int) -> list[GenRMSampleRow]:
         with Session(self.engine, expire_on_commit=False) as session:
@@ -318,6 +327,13 @@ class Store:
         with Session(self.engine) as session:
             rows = session.scalars(select(DecisionRow).order_by(DecisionRow.ts_ms.desc(), DecisionRow.id.desc())
                                    .limit(limit)).all()
+            return [_as_dict(r) for r in rows]
+
+    def mixture_decisions(self) -> list[dict[str, Any]]:
+        """Every set_mixture decision (the monitor's and people's), oldest first: the mixture's history."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(DecisionRow).where(DecisionRow.command == "set_mixture")
+                                   .order_by(DecisionRow.ts_ms, DecisionRow.id)).all()
             return [_as_dict(r) for r in rows]
 
     def alerts(self, limit: int = 50, active_only: bool = False) -> list[dict[str, Any]]:

@@ -1,14 +1,17 @@
-"""`m1flow control recalibrate|window N|pause|resume` and `m1flow report`: a person's hand on the loop.
+"""`m1flow control recalibrate|window N|mixture ...|pause|resume` and `m1flow report`: a person's hand
+on the loop.
 
 A command goes on `control` like the monitor's own, with evidence that says who sent it (rule
-"manual", decided_by "cli:<user>"), so svc_reward and svc_rollout follow it and svc_monitor
-records it (and adjusts its rules: a manual recalibration starts its cool-down, a manual window
-becomes the stage the next advance starts from).
+"manual", decided_by "cli:<user>"), so svc_reward, svc_rollout and svc_source follow it and
+svc_monitor records it (and adjusts its rules: a manual recalibration starts its cool-down, a
+manual window becomes the stage the next advance starts from, a manual mixture is the curriculum's
+stage and weights in force).
 """
 from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -16,6 +19,7 @@ from datetime import datetime
 from google.protobuf.json_format import MessageToJson
 
 MAX_WINDOW = 2**31 - 1
+MAX_LEVEL = 2**31 - 1
 
 
 def window_size(text: str) -> int:
@@ -28,7 +32,48 @@ def window_size(text: str) -> int:
     return value
 
 
-def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str | None = None):  # noqa: ANN201
+def _named(text: str, what: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{what} must be NAME=VALUE (a source's name), got {text!r}")
+    return name.strip(), value.strip()
+
+
+def mixture_weight(text: str) -> tuple[str, float]:
+    """NAME=W: a source's weight, a finite number >= 0."""
+    name, value = _named(text, "--weight")
+    try:
+        weight = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the weight of {name} must be a number, got {value!r}") from None
+    if not math.isfinite(weight) or weight < 0:
+        raise argparse.ArgumentTypeError(f"the weight of {name} must be finite and >= 0, got {value}")
+    return name, weight
+
+
+def mixture_level(text: str) -> tuple[str, int]:
+    """NAME=L: a generator source's difficulty level, a whole number >= 1."""
+    name, value = _named(text, "--level")
+    try:
+        level = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the level of {name} must be a whole number, got {value!r}") from None
+    if not 1 <= level <= MAX_LEVEL:
+        raise argparse.ArgumentTypeError(f"the level of {name} must be between 1 and {MAX_LEVEL}, got {level}")
+    return name, level
+
+
+def mixture_text(weights: dict, levels: dict, stage: str) -> str:  # noqa: ANN001 - plain or protobuf maps
+    """A mixture as a person reads it: `stage blend: arith=1 chat=0.4; levels arith=3`."""
+    parts = [" ".join(f"{k}={weights[k]:g}" for k in sorted(weights))] if weights else []
+    if levels:
+        parts.append("levels " + " ".join(f"{k}={levels[k]}" for k in sorted(levels)))
+    return (f"stage {stage}: " if stage else "") + "; ".join(parts)
+
+
+def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str | None = None,  # noqa: ANN201
+                    weights: dict[str, float] | None = None, levels: dict[str, int] | None = None,
+                    stage: str = ""):
     """The Control message a person's command becomes."""
     from m1flow.bus import codec
     from m1flow.contracts import events
@@ -39,6 +84,12 @@ def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str
         msg.set_window.max_new_tokens = max_new_tokens
     elif action == "recalibrate":
         msg.recalibrate.reason = reason
+    elif action == "mixture":
+        if not weights and not levels:
+            raise ValueError("a mixture needs at least one --weight NAME=W or --level NAME=L")
+        msg.set_mixture.weights.update(weights or {})
+        msg.set_mixture.levels.update(levels or {})
+        msg.set_mixture.stage = stage
     elif action in ("pause", "resume"):
         getattr(msg, action).SetInParent()
     else:
@@ -51,7 +102,9 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
     from m1flow.bus import Producer
     from m1flow.bus.topics import CONTROL
 
-    msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0))
+    msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0),
+                          weights=dict(getattr(args, "weight", None) or []),
+                          levels=dict(getattr(args, "level", None) or []), stage=getattr(args, "stage", ""))
     command = msg.WhichOneof("command")
     producer = Producer(bootstrap, "m1flow-cli")
     try:
@@ -59,6 +112,9 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
     finally:
         producer.close(timeout=30)
     detail = f" {msg.set_window.max_new_tokens}" if command == "set_window" else ""
+    if command == "set_mixture":
+        m = msg.set_mixture
+        detail = f" ({mixture_text(dict(m.weights), dict(m.levels), m.stage)})"
     print(f"sent {command}{detail} on control (message {msg.header.message_id})")
     return 0
 
@@ -85,10 +141,21 @@ def source_lines(rep, versions: int = SOURCE_VERSIONS) -> list[str]:  # noqa: AN
         f"{opt(r, 'samples_per_min', '.1f'):>11}" for r in shown]
 
 
+def curriculum_line(c) -> str:  # noqa: ANN001 - rpc.CurriculumState
+    """The curriculum's stage and mixture in force, one line."""
+    if not c.stages and not c.levels and not c.weights:
+        return "curriculum: off"
+    where = (f"stage {c.stage} ({c.stage_index + 1} of {c.stages}, {c.stage_windows} windows in it)"
+             if c.stage else "no stage")
+    mixture = mixture_text(dict(c.weights), dict(c.levels), "")
+    return f"curriculum: {where}, {c.windows} windows in all" + (f"; {mixture}" if mixture else "")
+
+
 def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorReport
     """The report as a person reads it: window, newest versions, per source, signals, alerts, decisions."""
     lines = [f"dashboard {rep.dashboard_url or '(disabled)'}",
-             f"output window {rep.window or '-'} (stage {rep.stage if rep.window else '-'})", "",
+             f"output window {rep.window or '-'} (stage {rep.stage if rep.window else '-'})",
+             curriculum_line(rep.curriculum), "",
              "policy version | groups | samples | mean reward | accuracy | mean length"]
     shown = list(rep.rows)[-rows:]
     if len(rep.rows) > len(shown):
@@ -105,6 +172,8 @@ def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorRepo
     lines += ["", "decisions on control (newest first):" if rep.decisions else "decisions: none"]
     for d in rep.decisions:
         what = d.command + (f" {d.max_new_tokens}" if d.command == "set_window" else "")
+        if d.command == "set_mixture":
+            what += f" ({mixture_text(dict(d.mixture.weights), dict(d.mixture.levels), d.mixture.stage)})"
         versions = f", v{d.evidence.version_from}-{d.evidence.version_to}" if d.evidence.version_to else ""
         lines.append(f"  {_time(d.at_unix_ms)} {what} by {d.evidence.decided_by or '?'} "
                      f"({d.evidence.rule or '?'}{versions}): {d.reason}")
@@ -132,7 +201,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argparse.Namespace], str]) -> None:
     """The `control` and `report` subcommands (cli.py calls this once)."""
-    c = sub.add_parser("control", help="send recalibrate, window N, pause or resume on `control`")
+    c = sub.add_parser("control", help="send recalibrate, window N, mixture, pause or resume on `control`")
     actions = c.add_subparsers(dest="action", required=True)
     reason = argparse.ArgumentParser(add_help=False)
     reason.add_argument("--reason", default="requested by hand", help="recorded with the command")
@@ -140,6 +209,15 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argpars
     w = actions.add_parser("window", parents=[reason],
                            help="set the output window (max new tokens) of new requests (svc_rollout)")
     w.add_argument("max_new_tokens", type=window_size)
+    m = actions.add_parser("mixture", parents=[reason],
+                           help="set source weights and generator levels of the prompt mixture (svc_source); "
+                                "the monitor's curriculum goes on from it")
+    m.add_argument("--weight", action="append", type=mixture_weight, metavar="NAME=W",
+                   help="a source's weight (repeat for more sources; a source not named keeps its weight)")
+    m.add_argument("--level", action="append", type=mixture_level, metavar="NAME=L",
+                   help="a generator source's difficulty level (repeatable)")
+    m.add_argument("--stage", default="", help="the curriculum stage this mixture is (the monitor continues "
+                                              "the schedule from it)")
     actions.add_parser("pause", parents=[reason], help="stop taking new prompts (svc_rollout)")
     actions.add_parser("resume", parents=[reason], help="take prompts again (svc_rollout)")
     c.set_defaults(func=lambda args: cmd_control(args, bootstrap_of(args)))

@@ -5,7 +5,9 @@ window with window changes marked, perplexity; per evaluation window: the GenRM 
 signals with their thresholds and the recalibrations marked, the pattern-collapse signals; per
 source (m1flow.accounting) and version: reward, accuracy, mean length and samples per minute; per
 learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
-consumer group and dead letters per minute.
+consumer group and dead letters per minute; the curriculum: the mixture's weights per source as
+each set_mixture left them (stage changes marked), the accuracy per source per curriculum window
+(the level rules' bands drawn) and each generator's difficulty level.
 """
 from __future__ import annotations
 
@@ -52,6 +54,15 @@ def _marks(fig: go.Figure, versions: list[int], label: str, color: str) -> None:
         fig.add_vline(x=v, line_dash="dot", line_color=color, annotation_text=label)
 
 
+def _stage_marks(fig: go.Figure, changes: list[tuple[str, str]]) -> None:
+    """A dotted line where each stage started, its name written along it (on a time axis, where
+    add_vline's annotations do not work)."""
+    for at, stage in changes:
+        fig.add_shape(type="line", x0=at, x1=at, y0=0, y1=1, yref="paper", line=dict(dash="dot", color="green"))
+        fig.add_annotation(x=at, y=1, yref="paper", text=stage, showarrow=False, textangle=-90, xanchor="left",
+                           yanchor="top", font=dict(color="green"))
+
+
 class Lengths:
     """Per-version output lengths, perplexity and window, read incrementally (each refresh reads only
     the rollouts stored since the last)."""
@@ -93,7 +104,8 @@ class Figures:
             decisions = self.store.decisions(limit=200)
             figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
-                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source()}
+                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source(),
+                       **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
                     "sources": self.source_table(), "status": self.status()}
@@ -147,6 +159,34 @@ class Figures:
         rows = self.store.by_source()
         newest = max((r["policy_version"] for r in rows), default=None)
         return [r for r in rows if r["policy_version"] == newest]
+
+    def curriculum(self) -> dict[str, go.Figure]:
+        """Mixture weights, per-source accuracy per window and levels over time, from the set_mixture
+        decisions (the monitor's and people's) and the curriculum's signals; stage changes marked."""
+        mixtures = self.store.mixture_decisions()
+        changes = [(_time(d["ts_ms"]), d["stage"]) for prev, d in zip([None, *mixtures], mixtures)
+                   if d["stage"] and (prev is None or prev["stage"] != d["stage"])]
+        weights = _figure("Mixture weights (each set_mixture)", "time", "weight")
+        levels = _figure("Difficulty level per generator source", "time", "level")
+        for fig, key in ((weights, "weights"), (levels, "levels")):
+            for source in sorted({k for d in mixtures for k in (d[key] or {})}):
+                points = [(_time(d["ts_ms"]), d[key][source]) for d in mixtures if source in (d[key] or {})]
+                _line(fig, [t for t, _ in points], [w for _, w in points], source, line_shape="hv")
+        levels.update_yaxes(dtick=1)
+        accuracy = _figure("Accuracy per source per curriculum window", "time (window end)", "accuracy")
+        by_source: dict[str, list] = defaultdict(list)
+        for row in self.store.signal_series("curriculum/accuracy"):
+            if row["name"] == "curriculum/accuracy":  # not accuracy_gain
+                by_source[row["subject"]].append(row)
+        for source, rows in sorted(by_source.items()):
+            _line(accuracy, [_time(r["ts_ms"]) for r in rows], [r["value"] for r in rows], source)
+        for rule in self.cfg.curriculum.levels:
+            for bound, where in zip(rule.band, ("bottom right", "top right")):
+                _threshold(accuracy, bound, f"{rule.source} band", where)
+        accuracy.update_yaxes(range=[0, 1])
+        for fig in (weights, accuracy):
+            _stage_marks(fig, changes)
+        return {"mixture": weights, "curriculum_accuracy": accuracy, "levels": levels}
 
     def length(self, decisions: list[dict]) -> go.Figure:
         fig = _figure("Output length (tokens) against the window", "policy version", "tokens")

@@ -1,7 +1,8 @@
 """The dashboard of a real run in a real browser: the whole loop runs (learner, reward with a GenRM
 judge for some prompts, rollout, monitor) while headless Chromium loads the monitor's page; every
-plot renders with data (the per-source panels show both sources), keeps refreshing while the run goes
-on, and the console stays clean. The
+plot renders with data (the per-source panels show both sources; the curriculum's panels its mixture
+weights, per-source window accuracy and levels), keeps refreshing while the run goes on, and the
+console stays clean. The
 final page is kept as a PNG (run/test-artifacts/dashboard.png, or $M1FLOW_ARTIFACTS)."""
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ ARTIFACTS = Path(os.environ.get("M1FLOW_ARTIFACTS", Path(__file__).resolve().par
 GROUP, BATCH = 4, 4
 OPEN_SOURCE = "open-judge"  # the arith prompts name none: their task type is their source
 SOURCE_TRACES_JS = "return document.getElementById('source_reward').data.map(t => t.name)"
+TRACES_JS = "return document.getElementById(arguments[0]).data.map(t => t.name)"
+# a schedule over the two sources the run has: one window of arithmetic alone, then the judged
+# source ramped in (nothing applies it here, no svc_source runs: the panels show what was decided)
+CURRICULUM = {"window_groups": 4, "min_judged": 4, "levels": [{"source": "arith", "band": [0.3, 0.8]}],
+              "stages": [{"name": "reasoning", "weights": {"arith": 1, OPEN_SOURCE: 0},
+                          "until": [{"signal": "stage_windows", "above": 0}]},
+                         {"name": "blend", "weights": {"arith": 1, OPEN_SOURCE: 0.2},
+                          "ramp": {"weights": {OPEN_SOURCE: 1}, "windows": 4}}]}
 SOURCE_TABLE_JS = ("return [...document.querySelectorAll('#sources tr')]"
                    ".map(tr => [...tr.children].map(td => td.textContent))")
 SERVICE_ARGS = {
@@ -36,7 +45,8 @@ SERVICE_ARGS = {
     "rollout": ["--max-ahead-versions", "1"],
     "reward": ["--genrm", json.dumps({"judge": "quality", "length_bonus": 0.05, "margin": 0.01})],
     "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
-                "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2})],
+                "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2}),
+                "--curriculum", json.dumps(CURRICULUM)],
 }
 
 
@@ -73,6 +83,10 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
             wait_for(lambda: min(plot_points(driver).values()) > 0, 180, "data in every plot")
             wait_for(lambda: sorted(driver.execute_script(SOURCE_TRACES_JS)) == ["arith", OPEN_SOURCE], 120,
                      "both sources in the per-source panels")
+            wait_for(lambda: sorted(driver.execute_script(TRACES_JS, "mixture")) == ["arith", OPEN_SOURCE], 60,
+                     "both sources' weights in the mixture panel")
+            curriculum = {panel: sorted(driver.execute_script(TRACES_JS, panel))
+                          for panel in ("curriculum_accuracy", "levels")}
             points = plot_points(driver)
             table = driver.execute_script(SOURCE_TABLE_JS)
             path = screenshot_full_page(driver, ARTIFACTS / "dashboard.png")
@@ -80,7 +94,11 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
         print(f"dashboard screenshot: {path} ({path.stat().st_size} bytes); points per plot: {points}")
         assert errors == []
         assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag",
-                               "source_reward", "source_accuracy", "source_length", "source_samples_per_min"}
+                               "source_reward", "source_accuracy", "source_length", "source_samples_per_min",
+                               "mixture", "curriculum_accuracy", "levels"}
+        assert curriculum == {"curriculum_accuracy": ["arith"], "levels": ["arith"]}  # the judged source: no verdicts
+        stages = [d.mixture.stage for d in report(address, max_events=100).decisions if d.command == "set_mixture"]
+        assert stages[-1] == "reasoning" and "blend" in stages  # newest first: the schedule moved on
         # the per-source table: the newest version's rows, each a known source with its own kind
         assert table and all((row[1], row[2]) in {("arith", "arith"), (OPEN_SOURCE, "genrm")} for row in table), table
         assert path.stat().st_size > 20_000  # a real page, not a blank one

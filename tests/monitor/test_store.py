@@ -12,7 +12,7 @@ from svc_monitor import adapters
 from svc_monitor.schema import AlertRow, Base, GroupRow, RolloutRow
 from svc_monitor.store import Batch, Store, schema_revision
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 def scored(gid: str, version: int, kind: str = "arith", genrm: bool = False) -> events.ScoredGroup:
@@ -141,4 +141,29 @@ def test_retention_drops_old_detail_and_keeps_totals(store_url):
     with store.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(GroupRow)).scalar() == 6
         assert conn.execute(sa.select(sa.func.count()).select_from(RolloutRow)).scalar() == 3
+    store.close()
+
+
+def test_a_0003_store_numbers_its_groups_in_arrival_order_and_keeps_its_decisions(store_url):
+    from svc_monitor.store import make_engine, migrate
+
+    engine = make_engine(store_url)
+    migrate(engine, "0003")
+    with engine.begin() as conn:
+        for gid, ts in (("late", 30), ("early", 10), ("b-mid", 20), ("a-mid", 20)):
+            conn.execute(sa.text("INSERT INTO groups (group_id, policy_version, samples, reward_sum, correct, judged, "
+                                 "length_sum, dropped, kind, ts_ms, source, domain) VALUES "
+                                 f"('{gid}', 1, 2, 1.0, 1, 2, 4, 0, 'arith', {ts}, 'arith', '')"))
+        conn.execute(sa.text("INSERT INTO decisions (message_id, ts_ms, command, max_new_tokens, reason, evidence, "
+                             "version) VALUES ('m1', 5, 'set_window', 16, 'r', '{}', 1)"))
+    engine.dispose()
+
+    store = Store(store_url)
+    assert schema_revision(store.engine) == HEAD
+    assert [(g.group_id, g.seq) for g in store.groups_after(0, 10)] == [("early", 1), ("a-mid", 2), ("b-mid", 3),
+                                                                        ("late", 4)]
+    (old,) = store.decisions()
+    assert (old["command"], old["weights"], old["levels"], old["stage"]) == ("set_window", None, None, "")
+    store.write(Batch(groups=[adapters.scored_group_rows(scored("new", 2), 40)]))
+    assert [g.seq for g in store.groups_after(3, 10)] == [4, 5]  # new groups go on after the old ones
     store.close()
