@@ -41,6 +41,18 @@ DEMO_SOURCES = [
     DatasetConfig(generator="rg:basic_arithmetic", weight=0.2, level=1, size=20_000, seed=1),
     DatasetConfig(generator="logic:boolean_expressions", weight=0.2, level=1, size=20_000, seed=1),
 ]
+# The monitor's curriculum for the demo: the two arithmetic families first; when arithmetic's
+# accuracy stops improving (a gain under 0.05 for two windows of 48 groups) the logic family comes in
+# at 0.1 and ramps to 0.3. Each step is a set_mixture on `control` with its evidence, which svc_source
+# applies at its next draw (the summary lists them).
+DEMO_CURRICULUM = {
+    "window_groups": 48, "min_judged": 24,
+    "stages": [
+        {"name": "arithmetic", "weights": {"arith": 0.6, "rg:basic_arithmetic": 0.4, "logic:boolean_expressions": 0.0},
+         "until": [{"signal": "accuracy_gain", "sources": ["arith"], "below": 0.05, "windows": 2}]},
+        {"name": "blend", "weights": {"logic:boolean_expressions": 0.1},
+         "ramp": {"weights": {"logic:boolean_expressions": 0.3}, "windows": 4}},
+    ]}
 EVAL_SEED = 999  # held-out items: a stream the source (seed 1) and the cold start (seed 10_000+) never draw
 
 
@@ -56,6 +68,7 @@ class DemoConfig(BaseModel):
     eval_prompts: int = 40  # per source
     eval_samples: int = 4
     window: int = 24  # "</think>\n<answer>False</answer>" is 21 tokens with the project's tokenizer
+    curriculum: dict = DEMO_CURRICULUM  # svc_monitor's `curriculum:` block ({}: the config's mixture throughout)
 
     @field_validator("engine")
     @classmethod
@@ -174,6 +187,17 @@ def print_sources(rows: list[rpc.SourceRow], before: dict[str, float], after: di
               f"| {fmt(a2):>8} | {held}")
 
 
+def print_curriculum(rep: rpc.MonitorReport) -> None:
+    """The curriculum's set_mixture decisions, oldest first, with the evidence each was made on."""
+    mixes = [d for d in rep.decisions if d.command == "set_mixture"][::-1]
+    print(f"\ncurriculum: stage {rep.curriculum.stage or '-'}; {len(mixes)} set_mixture decision(s) on control")
+    for d in mixes:
+        weights = ", ".join(f"{k} {v:g}" for k, v in sorted(d.mixture.weights.items()))
+        signals = ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.evidence.signals.items()))
+        print(f"  v{d.evidence.version_from}-{d.evidence.version_to} {d.evidence.rule or '?'} -> "
+              f"{d.mixture.stage or '-'}: {weights}" + (f" (evidence: {signals})" if signals else ""))
+
+
 def print_table(rows: list[rpc.VersionRow], max_rows: int = 16) -> None:
     print("\npolicy version | groups | samples | mean reward | accuracy | mean length")
     for label, groups, samples, reward, accuracy, length in bucket(rows, max_rows):
@@ -186,7 +210,8 @@ def run_demo(cfg: DemoConfig) -> int:
     shutil.rmtree(run, ignore_errors=True)
     stack = Stack(run, model=cfg.model, warmstart=warmstart_for(cfg.engine, cfg.sources), service_args={
         "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)],
-        "source": ["--config", str(source_file(run, cfg))]})
+        "source": ["--config", str(source_file(run, cfg))],
+        "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else []})
     lr = cfg.lr or rl_lr(stack.initial_policy())
     stack.service_args["learner"] = ["--batch-groups", str(cfg.batch_groups),
                                      "--train", json.dumps({"lr": lr, "minibatches": 2})]
@@ -213,7 +238,7 @@ def run_demo(cfg: DemoConfig) -> int:
                 groups = sum(r.groups for r in rows)
                 print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
                       f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
-        full = monitor_report(monitor)
+        full = monitor_report(monitor, max_events=50)
         rows, source_rows = list(full.rows), list(full.source_rows)
         print(save_page(dashboard, run / "dashboard.png"))
         stack.get("source").stop()
@@ -226,6 +251,7 @@ def run_demo(cfg: DemoConfig) -> int:
         scorer.close()
     print_table(rows)
     print_sources(source_rows, before, after, f"v{min(first)}", f"v{max(last)}")
+    print_curriculum(full)
     print(f"held-out: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
           "each scored by its source's verifier")
     return 0
