@@ -42,7 +42,8 @@ def _add_profile(actions: argparse._SubParsersAction) -> None:
     p.add_argument("--model", type=Path, required=True, metavar="DIR",
                    help="the policy: a model directory (a learner checkpoint, a warm start, a HF model)")
     p.add_argument("--k", type=int, default=10, help="samples per row (default 10: pass@10)")
-    p.add_argument("--out", type=Path, default=None, help="the profile, JSONL (default: <stem>.profile.jsonl beside FILE)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the profile, JSONL (default: <stem>.profile.jsonl beside FILE)")
     p.add_argument("--run-dir", type=Path, default=None,
                    help="the profile's own broker and service logs (default: run/profiles/<run id>)")
     p.add_argument("--run-id", default="", help="default: profile-<hash of the arguments>")

@@ -29,7 +29,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,13 +293,7 @@ class Profiler:
         exhausted, said_at = False, time.monotonic()
         try:
             while True:
-                while not exhausted and len(self.pending) < self.cfg.lead:
-                    item = next(rows, None)
-                    exhausted = item is None
-                    if item is not None:
-                        self._publish(producer, source.name, *item, out)
-                producer.flush()
-                out.sync()
+                exhausted = exhausted or self._fill(rows, producer, source.name, out)
                 if exhausted and not self.pending:
                     break
                 for message in watcher.poll(timeout_ms=500):
@@ -313,6 +307,20 @@ class Profiler:
         finally:
             watcher.close()
             producer.close()
+
+    def _fill(self, rows: Iterator[tuple[int, TaskRecord | RowError]], producer: Producer, name: str,
+              out: ProfileFile) -> bool:
+        """Publish rows until `lead` are in flight (acknowledged before returning); True once the
+        file has no row left to publish."""
+        exhausted = False
+        while not exhausted and len(self.pending) < self.cfg.lead:
+            item = next(rows, None)
+            exhausted = item is None
+            if item is not None:
+                self._publish(producer, name, *item, out)
+        producer.flush()
+        out.sync()
+        return exhausted
 
     def _recover_published(self, bootstrap: str, done: set[int]) -> None:
         """The rows an earlier run of this profile published and OUT does not hold: in flight."""
@@ -426,8 +434,8 @@ def check_policy(model: Path, engine: str) -> tuple[str, int]:
     except ValueError as exc:
         raise ProfileError(f"--engine: {exc}") from None
     if (engine == "native" and not hybrid) or (engine == "hf" and hybrid):
-        raise ProfileError(f"--engine {engine} cannot run {model} ({'the hybrid model' if hybrid else 'a transformers model'}): "
-                           f"use {'native or vllm' if hybrid else 'hf or vllm'}")
+        what, use = ("the hybrid model", "native or vllm") if hybrid else ("a transformers model", "hf or vllm")
+        raise ProfileError(f"--engine {engine} cannot run {model} ({what}): use {use}")
     state = model / checkpoint.STATE_FILE
     return engine, checkpoint.load_state(model).version if state.exists() else 0
 
