@@ -10,6 +10,12 @@ from svc_rollout.engines import ENGINES
 ENGINE_NAMES: tuple[str, ...] = ENGINES.names()  # what `--engine` accepts (m1flow up, the demo, bench)
 
 
+def group_id_for(prompt_id: str, message_id: str) -> str:
+    """The group id a prompt's rollouts (and its ScoredGroup) carry: the prompt id and the prompt
+    message's id, so one prompt published twice under two message ids makes two groups."""
+    return f"{prompt_id}/{message_id[:8]}"
+
+
 def known_engine(name: str) -> str:
     """`name` when a rollout replica accepts it as `--engine`; otherwise a ValueError naming the known ones."""
     ENGINES.get(name)

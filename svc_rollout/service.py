@@ -30,6 +30,7 @@ from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
 from svc_rollout import engines, metrics
 from svc_rollout.backpressure import Backlog, Backpressure
+from svc_rollout.client import group_id_for
 from svc_rollout.config import RolloutConfig
 from svc_rollout.engines.base import GroupRequest, GroupResult
 
@@ -174,7 +175,7 @@ class RolloutService(Service):
 
     def admit(self, prompt: events.Prompt, record: Record) -> None:
         cfg = self.config
-        group_id = f"{prompt.prompt_id}/{prompt.header.message_id[:8]}"
+        group_id = group_id_for(prompt.prompt_id, prompt.header.message_id)
         request = self.request_for(group_id, prompt_input(prompt), prompt.group_size or cfg.group_size,
                                    prompt.max_new_tokens or self.window, cfg.temperature, cfg.top_p,
                                    seed_for(group_id, self.engine.version))

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from m1flow.runtime.tether import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
 
@@ -80,11 +82,15 @@ _LOG4J = """Configuration:
 class Broker:
     """One KRaft node under `run_dir`; `start()` is idempotent and `stop()` always leaves it dead."""
 
-    def __init__(self, run_dir: str | Path, heap: str = "512m", secrets: str | Path | None = None) -> None:
+    def __init__(self, run_dir: str | Path, heap: str = "512m", secrets: str | Path | None = None,
+                 tethered: bool = False) -> None:
         """secrets: a CA folder (m1flow.security.pki) to serve TLS with client certificates and
-        ACLs from (its `broker` and `admin` identities are the super users); None: plaintext."""
+        ACLs from (its `broker` and `admin` identities are the super users); None: plaintext.
+        tethered: the node is killed by the kernel when the thread that starts it ends (a tool's
+        private broker, m1flow.runtime.tether); its data stays and a later start recovers it."""
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap
+        self.tethered = tethered
         self.secrets = Path(secrets).resolve() if secrets is not None else None
         self.state_file = self.run_dir / "broker.json"
         self._child: subprocess.Popen | None = None  # the process this object started, if any
@@ -198,7 +204,8 @@ class Broker:
         with open(self.run_dir / "broker.out", "ab") as out:
             self._child = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True)
+                                           start_new_session=True,
+                                           preexec_fn=die_with_parent if self.tethered else None)
         state.pid = self._child.pid
         state.started_at = psutil.Process(self._child.pid).create_time()
         self._save(state)

@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.kafka import Broker
 from m1flow.ops.acls import apply_acls
 from m1flow.ops.launcher import ServiceProcess, launch
-from m1flow.ops.services import NAMES, ON_DEMAND
+from m1flow.ops.services import NAMES, ON_DEMAND, service
 from m1flow.security import config as security
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import CertificateAuthority, signing_key
@@ -22,11 +23,13 @@ class Stack:
     def __init__(self, run_dir: str | Path, replicas: dict[str, str | int] | None = None,
                  service_args: dict[str, list[str]] | None = None, run_id: str = "local",
                  warmstart: WarmStartConfig | None = None, bootstrap: str | None = None,
-                 model: str | Path | None = None, secure: bool = False) -> None:
+                 model: str | Path | None = None, secure: bool = False, tethered: bool = False) -> None:
         """model: the policy the learner starts from (any local model directory); None: a warm
         start of `warmstart` (the hybrid model by default). secure: a CA and one certificate per
         service under run_dir/secrets, the broker over TLS with client certificates and the ACLs
-        of m1flow/ops/acls.py; every service gets its own identity (docs/security.md)."""
+        of m1flow/ops/acls.py; every service gets its own identity (docs/security.md).
+        tethered: the broker and every service die with this process, even when it is SIGKILLed
+        (a tool's private stack, `m1flow data profile`); their data stays for the next start."""
         self.run_dir = Path(run_dir).resolve()
         self.model = Path(model).resolve() if model is not None else None
         self.replicas = {name: int((replicas or {}).get(name, 1)) for name in NAMES}
@@ -35,7 +38,8 @@ class Stack:
         self.warmstart = warmstart or WarmStartConfig()
         self.secure = secure
         self.secrets = self.run_dir / "secrets"
-        self.broker = Broker(self.run_dir / "kafka", secrets=self.secrets if secure else None)
+        self.tethered = tethered
+        self.broker = Broker(self.run_dir / "kafka", secrets=self.secrets if secure else None, tethered=tethered)
         self.bootstrap = bootstrap
         self.procs: list[ServiceProcess] = []
 
@@ -90,8 +94,10 @@ class Stack:
         return bool(self.service_args.get(name)) or f"M1FLOW_{name.upper()}S" in os.environ
 
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
+        entry = [sys.executable, "-m", "m1flow.ops.tethered", str(os.getpid()), service(name).module] \
+            if self.tethered else None
         proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
-                      run_id=self.run_id, wait=wait, env=self.identity_env(name))
+                      run_id=self.run_id, wait=wait, env=self.identity_env(name), entry=entry)
         self.procs.append(proc)
         return proc
 

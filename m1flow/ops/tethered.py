@@ -8,19 +8,15 @@ Linux's PR_SET_PDEATHSIG does that; elsewhere the helper runs untethered.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import runpy
-import signal
 import sys
 
-PR_SET_PDEATHSIG = 1
+from m1flow.runtime.tether import die_with_parent
 
 
 def tether(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    die_with_parent()
     if os.getppid() != parent:  # the parent died before the tether held
         sys.exit(1)
 
