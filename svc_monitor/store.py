@@ -308,6 +308,19 @@ class Store:
                                    .where(MetricRow.name == name).order_by(MetricRow.id)).all()
         return [(s, v) for s, v in rows]
 
+    def metric_rows(self, name: str) -> list[dict[str, Any]]:
+        """Every stored metric event called `name`, oldest first, with its labels."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(MetricRow).where(MetricRow.name == name).order_by(MetricRow.id)).all()
+        return [{"step": r.step, "value": r.value, "labels": r.labels or {}} for r in rows]
+
+    def groups_per_version(self) -> list[tuple[int, int]]:
+        """(policy version, scored groups sampled with it), oldest version first."""
+        query = select(GroupRow.policy_version, func.count()).group_by(GroupRow.policy_version).order_by(
+            GroupRow.policy_version)
+        with Session(self.engine) as session:
+            return [(int(v), int(n)) for v, n in session.execute(query).all()]
+
     def signal_series(self, prefix: str) -> list[dict[str, Any]]:
         """Signals whose name starts with `prefix`, oldest first."""
         with Session(self.engine) as session:

@@ -104,7 +104,8 @@ class Figures:
             decisions = self.store.decisions(limit=200)
             figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
-                       "throughput": self.throughput(), "lag": self.lag(), **self.per_source(),
+                       "throughput": self.throughput(), "lag": self.lag(), "skipped": self.skipped(),
+                       **self.per_source(),
                        **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
@@ -223,6 +224,23 @@ class Figures:
         series = self.store.metric_series(self.cfg.precision.metric)
         _line(fig, [s for s, _ in series], [v for _, v in series], "train_infer_corr")
         _threshold(fig, self.cfg.precision.threshold, "alert below")
+        return fig
+
+    def skipped(self) -> go.Figure:
+        """What dynamic sampling leaves out: the learner's skipped groups by reason (running counts)
+        against the groups scored, so a filter that spends fewer rollouts on useless prompts shows."""
+        fig = _figure("Groups scored, and skipped by the learner (dynamic sampling)", "policy version", "groups")
+        per_version = self.store.groups_per_version()
+        total, cumulative = 0, []
+        for _, n in per_version:
+            total += n
+            cumulative.append(total)
+        _line(fig, [v for v, _ in per_version], cumulative, "scored")
+        by_reason: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for row in self.store.metric_rows("learner/groups_skipped"):
+            by_reason[row["labels"].get("reason", "?")].append((row["step"], row["value"]))
+        for reason, points in sorted(by_reason.items()):
+            _line(fig, [s for s, _ in points], [v for _, v in points], f"skipped: {reason}")
         return fig
 
     def throughput(self) -> go.Figure:

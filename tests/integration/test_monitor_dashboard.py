@@ -94,6 +94,7 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
         print(f"dashboard screenshot: {path} ({path.stat().st_size} bytes); points per plot: {points}")
         assert errors == []
         assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag",
+                               "skipped",
                                "source_reward", "source_accuracy", "source_length", "source_samples_per_min",
                                "mixture", "curriculum_accuracy", "levels"}
         assert curriculum == {"curriculum_accuracy": ["arith"], "levels": ["arith"]}  # the judged source: no verdicts

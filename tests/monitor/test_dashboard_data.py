@@ -26,7 +26,9 @@ def filled(store_url):
                       rollouts=[adapters.rollout_row(rollout(f"r{v}", v, [1, 2, 3][: v % 3 + 1]), at, 2)
                                 for v in range(4)],
                       metrics=[MetricRow(service="learner", name="learner/train_infer_corr", step=v, value=0.99,
-                                         ts_ms=at) for v in range(4)],
+                                         ts_ms=at) for v in range(4)]
+                      + [MetricRow(service="learner", name="learner/groups_skipped", step=v, value=v + 1,
+                                   labels={"reason": "all_rewards_equal"}, ts_ms=at) for v in (1, 2)],
                       dead_letters=[DeadLetterRow(ts_ms=at, consumer_group="m1flow-reward", source_topic="rollouts",
                                                   service="reward", error="bad frame")],
                       decisions=[adapters.decision_row(control("recalibrate"), 2)]))
@@ -46,6 +48,8 @@ def test_every_figure_is_built_from_the_store(filled):
     points = {k: sum(len(t.get("x", [])) for t in f["data"]) for k, f in figures.items()}
     assert points["reward"] == 4 and points["length"] == 4 * 4  # mean, p50, p99, window per version
     assert points["genrm"] == 1 and points["precision"] == 4 and points["lag"] == 2
+    skipped = {t["name"]: t["y"] for t in figures["skipped"]["data"]}
+    assert skipped == {"scored": [1, 2, 3, 4], "skipped: all_rewards_equal": [2, 3]}  # running counts
     assert data["status"] == {"policy_version": 3, "active_alerts": 0, "window": 8, "stage": 0}
     assert [d["command"] for d in data["decisions"]] == ["recalibrate"]
     assert filled.latest_signals() == {"genrm/length_corr": 0.4, "ops/lag[m1flow-reward]": 7}
