@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import grpc
+from pydantic import ValidationError
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.bus.liveness import Health
@@ -71,7 +72,11 @@ def ready_file(run_dir: Path, name: str, replica: int, ready_dir: Path | None = 
 
 def main(cls: type[Service], argv: list[str] | None = None) -> None:
     """Run one service process: NOT_SERVING until it can do its work, then as its liveness says."""
-    config = cls.Config.load(argv)
+    try:
+        config = cls.Config.load(argv)
+    except ValidationError as exc:  # a bad setting is the operator's to fix: say which, not a traceback
+        errors = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"svc_{cls.name}: invalid settings: {errors}") from None
     logs.setup(cls.name, config.replica, config.log_level, config.log_json)
     service = cls(config)
     signal.signal(signal.SIGTERM, lambda *_: service.stop.set())

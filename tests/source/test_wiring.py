@@ -36,3 +36,11 @@ def test_the_state_digest_ignores_weights_but_not_seeds():
     assert config_digest(base) == config_digest(SourceConfig(sources=[{"generator": "arith", "weight": 3}]))
     assert config_digest(base) != config_digest(SourceConfig(sources=[{"generator": "arith", "seed": 1}]))
     assert config_digest(base) != config_digest(SourceConfig(seed=1, sources=[{"generator": "arith"}]))
+
+
+def test_a_bad_setting_stops_the_service_with_one_line_naming_it():
+    from m1flow.runtime.service import main
+    from svc_source.service import SourceService
+
+    with pytest.raises(SystemExit, match=r"^svc_source: invalid settings: sources: .*every source has weight 0"):
+        main(SourceService, ["--sources", '[{"generator": "arith", "weight": 0}]'])
