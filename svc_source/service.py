@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
+from collections import Counter
+from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -28,13 +29,16 @@ from m1flow.contracts import events
 from m1flow.data.dataset import open_source
 from m1flow.data.record import RowError
 from m1flow.runtime.service import Service
-from m1flow.source import BadRow, prompt_for, row_letter
+from m1flow.prompt_wire import Envelope
+from m1flow.source import message_id_for, prompt_bodies, row_letter
 from svc_source import metrics
 from svc_source.config import SourceConfig
-from svc_source.cursor import Cursor
+from svc_source.cursor import Ahead, Cursor, Reader
 from svc_source.lead import Lead
 from svc_source.order import Interleave
+from svc_source.reader import ReadAhead
 from svc_source.state import load_state, published_since
+from svc_source.window import Batch, Record, Window
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ class SourceService(Service):
         self.draws = 0
         self.mixture_version = 0
         self.skip: set[int] = set()  # draws already on `prompts` past the state (a batch a kill cut)
-        self.pending: tuple[list[events.Prompt], list[events.DeadLetter]] | None = None  # drawn, not acked
+        self.reader: ReadAhead | None = None
 
     @property
     def state_key(self) -> str:
@@ -89,10 +93,14 @@ class SourceService(Service):
         state = self._resume_state()
         at = {c.source: c for c in state.cursors} if state else {}
         self.draws = state.draws if state else 0
+        self.where = {src.name: d.path or d.generator for src, d in zip(opened, cfg.sources)}  # for bad-row letters
+        self.reader = ReadAhead(cfg.sources, cfg.group_size, [self.where[s.name] for s in opened]) \
+            if cfg.read_ahead else None
         self.cursors = [Cursor(src, cfg.seed, cfg.block_rows, cfg.max_epochs,
                                at[src.name].epoch if src.name in at else 0,
-                               at[src.name].position if src.name in at else 0) for src in opened]
-        self.where = {src.name: d.path or d.generator for src, d in zip(opened, cfg.sources)}  # for bad-row letters
+                               at[src.name].position if src.name in at else 0,
+                               *self._readers(j, src)) for j, src in enumerate(opened)]
+        self.window = Window(self.producer, self.state_key, cfg.inflight_batches)
         self.skip = published_since(cfg.bootstrap, self._topic(PROMPTS.name), self.state_key, self.draws, cfg.scan_back)
         log.info("resuming at draw %s (%s); %s draws past it already on `prompts`", self.draws,
                  ", ".join(f"{c.name} e{c.epoch}@{c.position}/{c.n}" for c in self.cursors), len(self.skip))
@@ -101,6 +109,15 @@ class SourceService(Service):
         lag = None if replaying or cfg.lead_steps <= 0 else GroupLag(cfg.bootstrap, f"source-{cfg.replica}-lag")
         self.lead = Lead(lag, cfg.rollout_group, PROMPTS.name, cfg.lead_steps, cfg.batch_groups, cfg.lag_refresh_s)
         self._apply(self.watcher.catch_up())
+
+    def _readers(self, j: int, src: Any) -> tuple[Reader, Ahead | None]:
+        """A cursor's block reader (each row's prompt body, m1flow.source.prompt_bodies, or its
+        error) and whom to tell the next block: the reader process, or this one, reading in turn."""
+        if self.reader is not None:
+            reader = self.reader
+            return (lambda start, stop: reader.read(j, start, stop)), (lambda start, stop: reader.ahead(j, start, stop))
+        group_size, path = self.config.group_size, self.where[src.name]
+        return (lambda start, stop: prompt_bodies(src, start, stop, group_size, path)), None
 
     def _topic(self, name: str) -> str:
         return f"{name}.{self.config.output_suffix}" if self.config.output_suffix else name
@@ -126,36 +143,47 @@ class SourceService(Service):
                 self.lead.learner_batch(msg.batch_groups)
 
     # ---- publishing ----------------------------------------------------------------------
-    def draw(self, n: int) -> tuple[list[events.Prompt], list[events.DeadLetter]]:
-        """The next n draws' prompts and bad-row letters (fewer when every source is exhausted)."""
+    def draw(self, n: int) -> tuple[list[Record], int, Counter]:
+        """The next n draws as records (prompts and bad-row letters; fewer when every source is
+        exhausted), how many are prompts, and the prompts per source."""
         cfg = self.config
-        prompts, letters = [], []
+        records: list[Record] = []
+        per_source: Counter = Counter()
         exhausted = [c.exhausted for c in self.cursors]
-        head = codec.header(self.name, run_id=cfg.run_id)  # one per batch; each prompt's id is its draw's
-        while len(prompts) + len(letters) < n:
-            j = self.interleave.choice(self.draws, exhausted)
+        envelope = Envelope(codec.header(self.name, run_id=cfg.run_id))  # one header a batch; ids per draw
+        prompts_topic, stream, mixture = PROMPTS.name, self.state_key, self.mixture_version  # the producer suffixes
+        rest = events.SourceCursor(mixture_version=mixture, stream=stream).SerializeToString()
+        heads: dict[str, bytes] = {}
+        choice, skip, origin_of = self.interleave.choice, self.skip, envelope.origin
+        while len(records) < n:
+            j = choice(self.draws, exhausted)
             if j is None:
                 break
             cursor, draw = self.cursors[j], self.draws
             self.draws += 1
-            if draw in self.skip:  # published before the restart, past the state record
+            if draw in skip:  # published before the restart, past the state record
                 cursor.skip()
-                self.skip.discard(draw)
-            else:
-                epoch, position, row, item = cursor.draw()
-                origin = events.SourceCursor(source=cursor.name, epoch=epoch, position=position, draw=draw,
-                                             mixture_version=self.mixture_version, stream=self.state_key)
-                try:
-                    if isinstance(item, Exception):
-                        raise item
-                    prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
-                                              path=self.where[cursor.name], row=row, header=head))
-                except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
-                    letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
-                    metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
-                    log.warning("bad row skipped: %s", exc)
+                skip.discard(draw)
+                exhausted[j] = cursor.exhausted
+                continue
+            epoch, position, row, item = cursor.draw()
             exhausted[j] = cursor.exhausted
-        return prompts, letters
+            if isinstance(item, Exception):  # a bad row, a record the prompt refuses, a broken read
+                records.append(self._letter(item, cursor.name, row, epoch))
+                continue
+            prompt_id, body = item
+            value = envelope.encode(message_id_for(stream, cursor.name, epoch, position), body,
+                                    origin_of(heads, cursor.name, epoch, position, draw, rest))
+            records.append((prompts_topic, prompt_id, value))
+            per_source[cursor.name] += 1
+        return records, sum(per_source.values()), per_source
+
+    def _letter(self, exc: Exception, source: str, row: int, epoch: int) -> Record:
+        cfg = self.config
+        letter = row_letter(exc, source, row, epoch, self.name, self.group_id, cfg.run_id)
+        metrics.BAD_ROWS.labels(source, getattr(exc, "field", type(exc).__name__)).inc()
+        log.warning("bad row skipped: %s", exc)
+        return DLQ.name, letter.source_topic, codec.encode(letter)
 
     def state(self) -> events.SourceState:
         return events.SourceState(
@@ -164,27 +192,23 @@ class SourceService(Service):
             mixture_version=self.mixture_version, config_digest=config_digest(self.config))
 
     def publish(self, n: int) -> int:
-        """Draw, publish and acknowledge up to n prompts, then the state after them; returns how many.
-        A batch whose send failed stays pending and is sent again (same ids) before anything new."""
-        if self.pending is None:
-            self.pending = self.draw(n)
-        prompts, letters = self.pending
-        if not prompts and not letters:
-            self.pending = None
+        """Draw and send up to n prompts while the batches before them are in flight; returns how
+        many. Each batch's state record follows once it and every batch before it is acknowledged
+        (svc_source.window); with `inflight_batches` in flight, this waits a little for the oldest."""
+        window = self.window
+        window.settle()
+        if window.full:
+            window.settle(0.05)
+            if window.full:
+                return 0
+        records, prompts, per_source = self.draw(n)
+        if not records:
             return 0
-        for prompt in prompts:
-            self.producer.send(PROMPTS, prompt.prompt_id, prompt)
-        for letter in letters:
-            self.producer.send(DLQ, letter.source_topic, letter)
-        self.producer.flush()  # the prompts (and the previous batch's state) are on the broker before the state says so
-        # acknowledged by the next batch's flush (or close): one round trip a batch, not two. A kill
-        # before then resumes from the previous state and skips this batch's draws (published_since)
-        self.producer.send(SOURCE_STATE, self.state_key, self.state())
-        self.pending = None
-        for prompt in prompts:
-            metrics.PUBLISHED.labels(prompt.origin.source).inc()
-        self.lead.published(len(prompts))
-        return len(prompts)
+        window.send(Batch(records, self.state()))
+        for source, count in per_source.items():
+            metrics.PUBLISHED.labels(source).inc(count)
+        self.lead.published(prompts)
+        return prompts
 
     def report(self) -> None:
         for c in self.cursors:
@@ -202,7 +226,7 @@ class SourceService(Service):
                 self.lead.refresh()
                 room = self.lead.room()
                 n = self.config.publish_batch if room is None else min(room, self.config.publish_batch)
-                published = self.publish(n) if n > 0 or self.pending else 0
+                published = self.publish(n) if n > 0 else self.window.settle()
             except KafkaError as exc:  # the broker is away: the state is unchanged until a batch is acked
                 log.warning("publishing failed, retrying: %s", exc)
                 published, n = 0, 0
@@ -220,7 +244,13 @@ class SourceService(Service):
                 self.stop.wait(0.2)
 
     def shutdown(self) -> None:
-        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None)):
+        if getattr(self, "window", None) is not None:
+            try:
+                self.window.drain()  # the batches in flight acknowledged, then their state
+            except Exception as exc:  # noqa: BLE001 - the restart's tail scan covers what is left
+                log.warning("acknowledging the last batches failed: %s", exc)
+        for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None),
+                       self.reader):
             if closer is not None:
                 try:
                     closer.close()
