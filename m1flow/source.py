@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import DLQ, PROMPTS
@@ -14,7 +14,7 @@ from m1flow.tasks.arith import ArithProblem
 from m1flow.task_store import TaskStore
 
 if TYPE_CHECKING:
-    from m1flow.data.dataset import DatasetConfig
+    from m1flow.data.dataset import DatasetConfig, TaskSource
     from m1flow.data.record import TaskRecord
 
 
@@ -50,6 +50,9 @@ class BadRow(ValueError):
         super().__init__(f"{path}:{row}: {field}: {why}")
         self.path, self.row, self.field, self.why = path, row, field, why
 
+    def __reduce__(self):  # picklable, for the source's reader process
+        return BadRow, (self.path, self.row, self.field, self.why)
+
 
 def message_id_for(stream: str, source: str, epoch: int, position: int) -> str:
     """Deterministic in (stream, source, epoch, position): a row published twice (a restart inside
@@ -72,6 +75,55 @@ def prompt_for(record: "TaskRecord", group_size: int, run_id: str, origin: event
         prompt.origin.CopyFrom(origin)
         prompt.header.message_id = message_id_for(origin.stream, origin.source, origin.epoch, origin.position)
     return prompt
+
+
+# ---- the same Prompt as bytes made from parts: svc_source's per-row path ----------------------
+Body = tuple[str, bytes]  # (prompt id, the Prompt's fields 2-10 serialized)
+
+
+def prompt_body(record: "TaskRecord", group_size: int, path: str = "", row: int = -1) -> Body:
+    """The record's prompt id and body, with prompt_for's checks (BadRow)."""
+    prompt = prompt_for(record, group_size, "", path=path, row=row, header=_NO_HEADER)
+    prompt.ClearField("header")
+    return prompt.prompt_id, prompt.SerializeToString()
+
+
+_NO_HEADER = events.Header()
+
+
+def prompt_bodies(source: "TaskSource", start: int, stop: int, group_size: int,
+                  path: str = "") -> Iterator[tuple[int, "Body | Exception"]]:
+    """(row, Body or the row's error) of rows start..stop: m1flow-form rows the one-pass check
+    proves well formed skip the importer and pydantic (m1flow.data.fastpath), the rest take
+    records() and prompt_body, so every bad row still gets its RowError or BadRow."""
+    from m1flow.data.dataset import FileSource
+    from m1flow.data.fastpath import quick_body
+    from m1flow.prompt_wire import BodyWriter
+    from m1flow.data.importers import IMPORTERS, import_row
+    from m1flow.data.record import RowError
+
+    if not isinstance(source, FileSource) or source.importer not in (IMPORTERS.get("m1flow"), IMPORTERS.get("auto")):
+        for row, item in source.records(start, stop):
+            yield row, _body_or_error(item, group_size, path, row)
+        return
+    name, domain, importer, ctx = source.ctx.source, source.ctx.domain, source.importer, source.ctx
+    writer = BodyWriter(group_size)
+    for row, data in source.table.rows(start, stop):
+        if isinstance(data, RowError):
+            yield row, data
+            continue
+        quick = quick_body(data, row, name, writer, domain)
+        yield row, quick if quick is not None else \
+            _body_or_error(import_row(importer, data, row, ctx), group_size, path, row)
+
+
+def _body_or_error(item: Any, group_size: int, path: str, row: int) -> "Body | Exception":
+    if isinstance(item, Exception):
+        return item
+    try:
+        return prompt_body(item, group_size, path, row)
+    except (ValueError, OSError) as exc:
+        return exc
 
 
 def row_letter(error: Exception, source: str, row: int, epoch: int, service: str, group: str,

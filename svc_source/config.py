@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from m1flow.data.dataset import DatasetConfig
 from m1flow.runtime.config import ServiceConfig
@@ -26,11 +26,23 @@ class SourceConfig(ServiceConfig):
     batch_groups: int = Field(16, ge=1, description="groups per learner step until `policy` announces it")
     rollout_group: str = Field("m1flow-rollout", description="consumer group of the rollout service (its lag counts)")
     publish_batch: int = Field(64, ge=1, description="prompts per acknowledged batch (and per state record)")
+    read_ahead: bool = Field(True, description="read, check and encode each source's next block in a reader "
+                                               "process while this one sends (2 cores); false: in turn, here")
+    inflight_batches: int = Field(4, ge=1, description="batches sent and not yet acknowledged while the next is "
+                                                       "drawn; a kill -9 leaves at most these past the state")
     lag_refresh_s: float = Field(0.5, gt=0, description="how often the rollout group's lag is read")
     filter: FilterConfig = Field(default_factory=FilterConfig,
                                  description="online difficulty filter: retire rows whose pass rate leaves the band")
     scan_back: int = Field(2000, ge=0, description="on start, records per `prompts` partition read back to find "
                                                    "prompts published after the last state record")
+
+    @model_validator(mode="after")
+    def _scan_covers_the_window(self) -> "SourceConfig":
+        past = (self.inflight_batches + 2) * self.publish_batch  # in flight, plus the states not yet on the topic
+        if self.scan_back and self.scan_back < past:
+            raise ValueError(f"scan_back: {self.scan_back} records cannot find the up to {past} prompts a kill leaves "
+                             f"past the state ((inflight_batches + 2) x publish_batch); raise it, or 0 to not scan")
+        return self
 
     @field_validator("sources", mode="before")
     @classmethod

@@ -44,11 +44,15 @@ class EpochOrder:
         k = int(np.searchsorted(self.starts, position, side="right")) - 1
         return k, position - int(self.starts[k])
 
+    def bounds(self, k: int) -> tuple[int, int]:
+        """Block k of the epoch's row range [start, stop)."""
+        physical = int(self.blocks[k])
+        return physical * self.block, min(self.n, (physical + 1) * self.block)
+
     def block_rows(self, k: int) -> tuple[int, int, np.ndarray]:
         """Block k of the epoch: its row range [start, stop) and the order of its rows (offsets)."""
-        physical = int(self.blocks[k])
-        start, stop = physical * self.block, min(self.n, (physical + 1) * self.block)
-        return start, stop, _rng(self.seed, self.source, self.epoch, physical).permutation(stop - start)
+        start, stop = self.bounds(k)
+        return start, stop, _rng(self.seed, self.source, self.epoch, int(self.blocks[k])).permutation(stop - start)
 
     def row_at(self, position: int) -> int:
         """The row drawn at `position` (tests and the replay check; the service reads whole blocks)."""
@@ -69,16 +73,19 @@ class Interleave:
         self.seed, self.mixture_version = seed, mixture_version
 
     @lru_cache(maxsize=4)  # noqa: B019 - a few chunks of one long-lived object
-    def _chunk(self, c: int) -> np.ndarray:
+    def _chunk(self, c: int) -> list[int]:
         if len(self.p) == 1:
-            return np.zeros(INTERLEAVE_CHUNK, dtype=np.int64)
-        return _rng(self.seed, "interleave", self.mixture_version, c).choice(len(self.p), INTERLEAVE_CHUNK, p=self.p)
+            return [0] * INTERLEAVE_CHUNK
+        return _rng(self.seed, "interleave", self.mixture_version, c).choice(
+            len(self.p), INTERLEAVE_CHUNK, p=self.p).tolist()
 
     def choice(self, draw: int, exhausted: Sequence[bool] = ()) -> int | None:
         """The source of draw `draw`; an exhausted one passes to the next live one with a weight
         (None: all done, or only weight-0 sources left)."""
-        i = int(self._chunk(draw // INTERLEAVE_CHUNK)[draw % INTERLEAVE_CHUNK])
+        i = self._chunk(draw // INTERLEAVE_CHUNK)[draw % INTERLEAVE_CHUNK]
         n = len(self.p)
+        if n == 1:
+            return None if exhausted and exhausted[0] else 0
         for step in range(n):
             j = (i + step) % n
             if self.p[j] > 0 and not (exhausted and exhausted[j]):

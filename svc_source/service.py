@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
+from collections import Counter
+from typing import Any
 
 from kafka.errors import KafkaError
 
@@ -25,19 +26,22 @@ from m1flow.bus.lag import GroupLag
 from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, PROMPTS, SCORED, SOURCE_STATE
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
-from m1flow.data.dataset import DatasetConfig, open_source
+from m1flow.data.dataset import open_source
 from m1flow.data.record import RowError
 from m1flow.runtime.service import Service
-from m1flow.source import BadRow, prompt_for, row_letter
+from m1flow.prompt_wire import Envelope
+from m1flow.source import message_id_for, prompt_bodies, row_letter
 from svc_source import metrics
 from svc_source.config import SourceConfig
-from svc_source.cursor import Cursor
+from svc_source.cursor import Ahead, Cursor, Reader
 from svc_source.filter import DifficultyFilter
 from svc_source.lead import Lead
 from svc_source.mixture import Mixture, MixtureRefused, Schedule, history_key
 from svc_source.order import Interleave
+from svc_source.reader import ReadAhead
 from svc_source.scored import ScoredFollower
 from svc_source.state import load_states, published_since
+from svc_source.window import Batch, Record, Window
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +68,11 @@ class SourceService(Service):
         self.draws = 0
         self.mixture = Mixture.initial({}, {})
         self.schedule: Schedule | None = None  # a replay's mixtures, from the original run's state
-        self.queued: list[events.Control] = []  # mixture commands waiting for the pending batch
+        self.skip: set[int] = set()  # draws already on `prompts` past the state (a batch a kill cut)
+        self.reader: ReadAhead | None = None
         self.filter: DifficultyFilter | None = None  # the online difficulty filter, when enabled
         self.scored: ScoredFollower | None = None
-        self.window = 0  # the largest output window `control` has set (a larger one is a new stage)
-        self.skip: set[int] = set()  # draws already on `prompts` past the state (a batch a kill cut)
-        self.pending: tuple[list[events.Prompt], list[events.DeadLetter]] | None = None  # drawn, not acked
+        self.window_tokens = 0  # the largest output window `control` has set (a larger one is a new stage)
 
     @property
     def state_key(self) -> str:
@@ -101,13 +104,18 @@ class SourceService(Service):
         if state is not None:
             self.mixture = self.mixture.restored(state)
         opened = [self._at_level(src) for src in opened]
-        self.interleave = self._interleave()
         at = {c.source: c for c in state.cursors} if state else {}
         self.draws = state.draws if state else 0
+        self.where = {src.name: d.path or d.generator for src, d in zip(opened, cfg.sources)}  # for bad-row letters
+        files = any(not d.generator for d in cfg.sources)
+        self.reader = ReadAhead(cfg.sources, cfg.group_size, [self.where[s.name] for s in opened]) \
+            if cfg.read_ahead and files else None
         self.cursors = [Cursor(src, cfg.seed, cfg.block_rows, cfg.max_epochs,
                                at[src.name].epoch if src.name in at else 0,
-                               at[src.name].position if src.name in at else 0) for src in opened]
-        self.where = {src.name: d.path or d.generator for src, d in zip(opened, cfg.sources)}  # for bad-row letters
+                               at[src.name].position if src.name in at else 0,
+                               *self._readers(j, src)) for j, src in enumerate(opened)]
+        self.interleave = self._interleave()
+        self.window = Window(self.producer, self.state_key, cfg.inflight_batches)
         self.skip = published_since(cfg.bootstrap, self._topic(PROMPTS.name), self.state_key, self.draws, cfg.scan_back)
         log.info("resuming at draw %s (%s); %s draws past it already on `prompts`", self.draws,
                  ", ".join(f"{c.name} e{c.epoch}@{c.position}/{c.n}" for c in self.cursors), len(self.skip))
@@ -129,10 +137,20 @@ class SourceService(Service):
             ids = [m.header.message_id if isinstance(m, events.Control) else "" for m in history]
             if self.mixture.command_id in ids:
                 history = history[ids.index(self.mixture.command_id) + 1:]
-        self.window = max((m.set_window.max_new_tokens for m in history if isinstance(m, events.Control)
-                           and m.WhichOneof("command") == "set_window"), default=0)
+        self.window_tokens = max((m.set_window.max_new_tokens for m in history if isinstance(m, events.Control)
+                                  and m.WhichOneof("command") == "set_window"), default=0)
         self._apply(history)
         self._report_mixture()
+
+    def _readers(self, j: int, src: Any) -> tuple[Reader, Ahead | None]:
+        """A cursor's block reader (each row's prompt body, m1flow.source.prompt_bodies, or its
+        error) and whom to tell the next block: the reader process for files, or this one, reading in
+        turn (generators: their level can change at run time, which the reader process does not see)."""
+        if self.reader is not None and not self.datasets[src.name].generator:
+            reader = self.reader
+            return (lambda start, stop: reader.read(j, start, stop)), (lambda start, stop: reader.ahead(j, start, stop))
+        group_size, path = self.config.group_size, self.where[src.name]
+        return (lambda start, stop: prompt_bodies(src, start, stop, group_size, path)), None
 
     def _topic(self, name: str) -> str:
         return f"{name}.{self.config.output_suffix}" if self.config.output_suffix else name
@@ -186,17 +204,13 @@ class SourceService(Service):
                     continue  # a replay follows the original run's mixtures, not today's commands
                 if msg.header.trace.run_id not in ("", self.config.run_id):
                     continue  # another run's curriculum
-                self.queued.append(msg)
+                self._set_mixture(msg)
             elif isinstance(msg, events.Control) and msg.WhichOneof("command") == "set_window":
-                if msg.set_window.max_new_tokens > self.window and self.window and self.filter is not None:
+                if msg.set_window.max_new_tokens > self.window_tokens and self.window_tokens and self.filter is not None:
                     readmitted, retired = self.filter.window_stage()
                     log.info("output window %s -> %s: %s too-hard rows readmitted, %s easy rows retired",
-                             self.window, msg.set_window.max_new_tokens, readmitted, retired)
-                self.window = max(self.window, msg.set_window.max_new_tokens)
-        if self.pending is None:
-            for msg in self.queued:
-                self._set_mixture(msg)
-            self.queued = []
+                             self.window_tokens, msg.set_window.max_new_tokens, readmitted, retired)
+                self.window_tokens = max(self.window_tokens, msg.set_window.max_new_tokens)
 
     def _set_mixture(self, msg: events.Control) -> None:
         """Apply one SetMixture from the next draw on, or refuse it with a metric saying why."""
@@ -216,12 +230,16 @@ class SourceService(Service):
                  mixture.stage or "no stage", mixture.weights, {n: v for n, v in mixture.levels.items() if v})
 
     def _use(self, mixture: Mixture) -> None:
-        """Draw under `mixture` from now on; its state is on the broker before the first such draw."""
+        """Draw under `mixture` from now on; its state is on the broker before the first such draw
+        (the batches in flight acknowledged and their states sent first)."""
+        self.window.drain()
         self.mixture = mixture
-        for cursor in self.cursors:
+        for j, cursor in enumerate(self.cursors):
             source = self._at_level(cursor.source)
-            if source is not cursor.source:
-                cursor.source, cursor._held = source, None  # the block under it is regenerated at the new level
+            if source is not cursor.source:  # the block under it is generated again at the new level
+                cursor.source = source
+                cursor.read, cursor.ahead = self._readers(j, source)
+                cursor._lo = cursor._hi = 0
         self.interleave = self._interleave()
         state = self.state()
         self.producer.send(SOURCE_STATE, history_key(self.state_key, mixture.version), state)
@@ -237,50 +255,63 @@ class SourceService(Service):
             metrics.LEVEL.labels(name).set(level or 0)
 
     # ---- publishing ----------------------------------------------------------------------
-    def draw(self, n: int) -> tuple[list[events.Prompt], list[events.DeadLetter]]:
-        """The next n draws' prompts and bad-row letters (fewer when every source is exhausted)."""
+    def draw(self, n: int) -> tuple[list[Record], int, Counter]:
+        """The next n draws as records (prompts and bad-row letters; fewer when every source is
+        exhausted), how many are prompts, and the prompts per source."""
         cfg = self.config
-        prompts, letters = [], []
+        records: list[Record] = []
+        per_source: Counter = Counter()
         exhausted = self._exhausted()
-        head = codec.header(self.name, run_id=cfg.run_id)  # one per batch; each prompt's id is its draw's
-        while len(prompts) + len(letters) < n:
+        envelope = Envelope(codec.header(self.name, run_id=cfg.run_id))  # one header a batch; ids per draw
+        prompts_topic, stream = PROMPTS.name, self.state_key  # the producer suffixes
+        rest = events.SourceCursor(mixture_version=self.mixture.version, stream=stream).SerializeToString()
+        heads: dict[str, bytes] = {}
+        choice, skip, origin_of, judged = self.interleave.choice, self.skip, envelope.origin, self.filter
+        while len(records) < n:
             if self.schedule is not None and (due := self.schedule.due(self.draws, self.mixture.version)):
-                if prompts or letters:
+                if records:
                     break  # the batch ends where the next version starts: its state is written first
                 self._use(due)
-            j = self.interleave.choice(self.draws, exhausted)
+                choice = self.interleave.choice
+                rest = events.SourceCursor(mixture_version=self.mixture.version, stream=stream).SerializeToString()
+            j = choice(self.draws, exhausted)
             if j is None:
                 break
             cursor, draw = self.cursors[j], self.draws
             self.draws += 1
-            if draw in self.skip:  # published before the restart, past the state record
+            if draw in skip:  # published before the restart, past the state record
                 cursor.skip()
-                self.skip.discard(draw)
-            else:
-                epoch, position, row, item = cursor.draw()
-                if self.filter is not None and self.filter.is_retired(cursor.name, row):
-                    metrics.RETIRED_SKIPS.labels(cursor.name).inc()
-                    exhausted[j] = cursor.exhausted or self.filter.spent(cursor.name)
-                    continue
-                origin = events.SourceCursor(source=cursor.name, epoch=epoch, position=position, draw=draw,
-                                             mixture_version=self.mixture.version, stream=self.state_key)
-                try:
-                    if isinstance(item, Exception):
-                        raise item
-                    prompts.append(prompt_for(item, cfg.group_size, cfg.run_id, origin,
-                                              path=self.where[cursor.name], row=row, header=head))
-                    if self.filter is not None:
-                        self.filter.drew(prompts[-1].prompt_id, cursor.name, row)
-                except (RowError, ValueError, OSError) as exc:  # a bad row, a record the prompt refuses, a broken read
-                    letters.append(row_letter(exc, cursor.name, row, epoch, self.name, self.group_id, cfg.run_id))
-                    metrics.BAD_ROWS.labels(cursor.name, getattr(exc, "field", type(exc).__name__)).inc()
-                    log.warning("bad row skipped: %s", exc)
-            exhausted[j] = cursor.exhausted or bool(self.filter and self.filter.spent(cursor.name))
-        return prompts, letters
+                skip.discard(draw)
+                exhausted[j] = cursor.exhausted
+                continue
+            epoch, position, row, item = cursor.draw()
+            exhausted[j] = cursor.exhausted
+            if judged is not None and judged.is_retired(cursor.name, row):
+                metrics.RETIRED_SKIPS.labels(cursor.name).inc()
+                exhausted[j] = exhausted[j] or judged.spent(cursor.name)
+                continue
+            if isinstance(item, Exception):  # a bad row, a record the prompt refuses, a broken read
+                records.append(self._letter(item, cursor.name, row, epoch))
+                continue
+            prompt_id, body = item
+            value = envelope.encode(message_id_for(stream, cursor.name, epoch, position), body,
+                                    origin_of(heads, cursor.name, epoch, position, draw, rest))
+            records.append((prompts_topic, prompt_id, value))
+            per_source[cursor.name] += 1
+            if judged is not None:
+                judged.drew(prompt_id, cursor.name, row)
+        return records, sum(per_source.values()), per_source
 
     def _exhausted(self) -> list[bool]:
         """Per source: nothing left to draw (its epochs done, or every row retired by the filter)."""
         return [c.exhausted or bool(self.filter and self.filter.spent(c.name)) for c in self.cursors]
+
+    def _letter(self, exc: Exception, source: str, row: int, epoch: int) -> Record:
+        cfg = self.config
+        letter = row_letter(exc, source, row, epoch, self.name, self.group_id, cfg.run_id)
+        metrics.BAD_ROWS.labels(source, getattr(exc, "field", type(exc).__name__)).inc()
+        log.warning("bad row skipped: %s", exc)
+        return DLQ.name, letter.source_topic, codec.encode(letter)
 
     def state(self) -> events.SourceState:
         return self.mixture.to_state(events.SourceState(
@@ -289,27 +320,23 @@ class SourceService(Service):
             config_digest=config_digest(self.config)))
 
     def publish(self, n: int) -> int:
-        """Draw, publish and acknowledge up to n prompts, then the state after them; returns how many.
-        A batch whose send failed stays pending and is sent again (same ids) before anything new."""
-        if self.pending is None:
-            self.pending = self.draw(n)
-        prompts, letters = self.pending
-        if not prompts and not letters:
-            self.pending = None
+        """Draw and send up to n prompts while the batches before them are in flight; returns how
+        many. Each batch's state record follows once it and every batch before it is acknowledged
+        (svc_source.window); with `inflight_batches` in flight, this waits a little for the oldest."""
+        window = self.window
+        window.settle()
+        if window.full:
+            window.settle(0.05)
+            if window.full:
+                return 0
+        records, prompts, per_source = self.draw(n)
+        if not records:
             return 0
-        for prompt in prompts:
-            self.producer.send(PROMPTS, prompt.prompt_id, prompt)
-        for letter in letters:
-            self.producer.send(DLQ, letter.source_topic, letter)
-        self.producer.flush()  # the prompts (and the previous batch's state) are on the broker before the state says so
-        # acknowledged by the next batch's flush (or close): one round trip a batch, not two. A kill
-        # before then resumes from the previous state and skips this batch's draws (published_since)
-        self.producer.send(SOURCE_STATE, self.state_key, self.state())
-        self.pending = None
-        for prompt in prompts:
-            metrics.PUBLISHED.labels(prompt.origin.source).inc()
-        self.lead.published(len(prompts))
-        return len(prompts)
+        window.send(Batch(records, self.state()))
+        for source, count in per_source.items():
+            metrics.PUBLISHED.labels(source).inc(count)
+        self.lead.published(prompts)
+        return prompts
 
     def idle(self) -> bool:
         """No draw can be made: every source is exhausted (or retired) or has weight 0."""
@@ -349,12 +376,12 @@ class SourceService(Service):
                 self.lead.refresh()
                 room = self.lead.room()
                 n = self.config.publish_batch if room is None else min(room, self.config.publish_batch)
-                published = self.publish(n) if n > 0 or self.pending else 0
+                published = self.publish(n) if n > 0 else self.window.settle()
             except KafkaError as exc:  # the broker is away: the state is unchanged until a batch is acked
                 log.warning("publishing failed, retrying: %s", exc)
                 published, n = 0, 0
                 self.stop.wait(1.0)
-            if n > 0 and published == 0 and not self.pending and self.idle():
+            if n > 0 and published == 0 and self.idle():
                 done = all(self._exhausted())
                 reason = "every source exhausted" if done else "every source left has weight 0"
             else:
@@ -368,15 +395,18 @@ class SourceService(Service):
                 self.stop.wait(0.2)
 
     def shutdown(self) -> None:
+        if getattr(self, "window", None) is not None:
+            try:
+                self.window.drain()  # the batches in flight acknowledged, then their state
+            except Exception as exc:  # noqa: BLE001 - the restart's tail scan covers what is left
+                log.warning("acknowledging the last batches failed: %s", exc)
         if self.filter is not None and getattr(self, "producer", None) is not None:
             for name, record in self.filter.records(force=True):  # the retirements since the last save
                 self.producer.send(SOURCE_STATE, f"{self.state_key}/retired/{name}", record)
         for closer in (getattr(self, "producer", None), getattr(self, "watcher", None), getattr(self, "lead", None),
-                       self.scored):
+                       self.reader, self.scored):
             if closer is not None:
                 try:
                     closer.close()
                 except Exception as exc:  # noqa: BLE001 - closing the rest matters more
                     log.warning("closing %s failed: %s", type(closer).__name__, exc)
-
-

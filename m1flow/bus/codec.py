@@ -49,7 +49,11 @@ def header(producer: str, *, run_id: str = "", group_id: str = "", rollout_id: s
 
 
 def encode(message: Message, schema_version: int = SCHEMA_VERSION) -> bytes:
-    payload = message.SerializeToString()
+    return frame(message.SerializeToString(), schema_version)
+
+
+def frame(payload: bytes, schema_version: int = SCHEMA_VERSION) -> bytes:
+    """A serialized message framed (what `encode` does after serializing)."""
     return _FRAME.pack(MAGIC, schema_version, len(payload), crc32c.crc32c(payload)) + payload
 
 

@@ -10,6 +10,9 @@ tens; the prompt source, which publishes per row, uses it (bench/source.py).
 """
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import Message
@@ -35,11 +38,16 @@ def _key(key: str | bytes | None) -> bytes | None:
     return key.encode()
 
 
+Delivered = Callable[["Exception | None"], None]  # a record's outcome: None when acknowledged
+
+
 class Producer:
     """Idempotent producer. `flush()` raises if any send since the last flush failed.
 
     Consumers call flush() before they commit input offsets: that ordering is what makes
-    "commit only after the outputs are acknowledged" true.
+    "commit only after the outputs are acknowledged" true. A sender that must not wait a round
+    trip per batch (the prompt source) passes `on_delivery` instead and learns each record's
+    outcome from `poll()` or `flush()`, always on its own thread, whichever client writes.
     """
 
     def __init__(self, bootstrap: str, client_id: str, linger_ms: int = 5, suffix: str = "",
@@ -47,6 +55,7 @@ class Producer:
         self.suffix = suffix
         self.client = client
         self._pending: list[Any] = []
+        self._outcomes: deque[tuple[Delivered, Exception | None]] = deque()  # kafka-python: served by poll()
         self._impl: _Confluent | None = None
         if client == "confluent-kafka":
             self._impl = _Confluent(bootstrap, client_id, linger_ms, security)
@@ -62,21 +71,49 @@ class Producer:
         return self.send_bytes(topic, key, codec.encode(message), partition=partition)
 
     def send_bytes(self, topic: TopicSpec | str, key: str | bytes | None, value: bytes,
-                   partition: int | None = None) -> Any:
-        """kafka-python: the record's future; confluent-kafka: None (its outcome is flush()'s)."""
+                   partition: int | None = None, on_delivery: Delivered | None = None) -> Any:
+        """kafka-python: the record's future; confluent-kafka: None (its outcome is flush()'s).
+        on_delivery(error or None) runs inside a later poll() or flush() of this thread; a record
+        sent with it is not counted by flush(), which still waits for it."""
         name = suffixed(topic if isinstance(topic, str) else topic.name, self.suffix)
         if self._impl is not None:
-            self._impl.send(name, _key(key), value, partition)
+            self._impl.send(name, _key(key), value, partition, on_delivery)
             return None
         future = self._producer.send(name, key=_key(key), value=value, partition=partition)
-        self._pending.append(future)
+        if on_delivery is None:
+            self._pending.append(future)
+        else:  # the I/O thread completes the future: queue the outcome for this thread's poll()
+            outcomes = self._outcomes
+            future.add_callback(lambda _: outcomes.append((on_delivery, None)))
+            future.add_errback(lambda exc: outcomes.append((on_delivery, exc)))
         return future
+
+    def send_many(self, records: list[tuple[str, str | bytes | None, bytes]], on_delivery: Delivered) -> None:
+        """send_bytes of each (topic, key, value), one on_delivery for all (the source's batches)."""
+        if self._impl is None:
+            for topic, key, value in records:
+                self.send_bytes(topic, key, value, on_delivery=on_delivery)
+            return
+        self._impl.send_many([(suffixed(t, self.suffix), _key(k), v) for t, k, v in records], on_delivery)
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve the delivery outcomes that arrived (waiting up to `timeout` seconds for one)."""
+        if self._impl is not None:
+            self._impl.poll(timeout)
+        else:
+            deadline = time.monotonic() + timeout
+            while not self._outcomes and time.monotonic() < deadline:
+                time.sleep(0.001)
+        while self._outcomes:
+            callback, error = self._outcomes.popleft()
+            callback(error)
 
     def flush(self, timeout: float | None = 120.0) -> int:
         """Wait until every record sent so far is acknowledged; return how many were."""
         if self._impl is not None:
             return self._impl.flush(timeout)
         self._producer.flush(timeout=timeout)
+        self.poll()
         pending, self._pending = self._pending, []
         for future in pending:
             future.get(timeout=0)  # re-raises the send's error, if it had one
@@ -104,22 +141,48 @@ class _Confluent:
             "delivery.timeout.ms": 180_000, "request.timeout.ms": 30_000, "retry.backoff.ms": 200,
             "reconnect.backoff.max.ms": 2000, "partitioner": "murmur2_random"})
         self._sent = 0
+        self._calls = 0
+        self._tracked: _Tracked | None = None
         self._failed: list[str] = []
 
     def _report(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._failed.append(f"{msg.topic()}: {err}")
 
-    def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+             on_delivery: Delivered | None = None) -> None:
         extra = {} if partition is None else {"partition": partition}
+        if on_delivery is None:
+            report = self._report
+        elif self._tracked is not None and self._tracked.callback is on_delivery:  # a batch's records share one
+            report = self._tracked
+        else:
+            report = self._tracked = _Tracked(on_delivery)
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._report, **extra)
+                self._producer.produce(topic, value=value, key=key, on_delivery=report, **extra)
                 break
             except BufferError:  # the local queue is full: serve delivery reports, then try again
                 self._producer.poll(0.1)
-        self._sent += 1
+        if on_delivery is None:
+            self._sent += 1
+        self._calls += 1
+        if self._calls & 63 == 0:  # serve reports now and then, not a C call per record
+            self._producer.poll(0)
+
+    def send_many(self, records: list[tuple[str, bytes | None, bytes]], on_delivery: Delivered) -> None:
+        report, produce = _Tracked(on_delivery), self._producer.produce
+        for topic, key, value in records:
+            while True:
+                try:
+                    produce(topic, value, key, on_delivery=report)
+                    break
+                except BufferError:
+                    self._producer.poll(0.1)
         self._producer.poll(0)
+
+    def poll(self, timeout: float) -> None:
+        self._producer.poll(timeout)
 
     def flush(self, timeout: float | None) -> int:
         left = self._producer.flush(-1 if timeout is None else timeout)
@@ -133,3 +196,14 @@ class _Confluent:
 
     def close(self) -> None:
         self._producer.flush(0)
+
+
+class _Tracked:
+    """librdkafka's (err, msg) report as the caller's on_delivery(error or None)."""
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Delivered) -> None:
+        self.callback = callback
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        self.callback(None if err is None else ProduceError(f"{msg.topic()}: {err}"))

@@ -66,3 +66,32 @@ def test_confluent_flush_raises_when_nothing_is_acknowledged():
         producer.flush(timeout=1.0)
     assert isinstance(err.value, KafkaError) and "not acknowledged" in str(err.value)
     producer._impl._producer.purge()  # nothing left to wait for when it is collected
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_delivery_reports_arrive_on_the_callers_thread_once_per_record(bootstrap, topic, client):
+    import threading
+
+    producer = Producer(bootstrap, f"test-dr-{client}", client=client)
+    outcomes: list[tuple[Exception | None, str]] = []
+    report = lambda error: outcomes.append((error, threading.current_thread().name))  # noqa: E731
+    value = codec.encode(events.Control(header=codec.header("test"), reason="dr"))
+    producer.send_many([(topic, f"m{i}", value) for i in range(30)], report)
+    for i in range(10):
+        producer.send_bytes(topic, f"b{i}", value, on_delivery=report)
+    deadline = time.monotonic() + 30
+    while len(outcomes) < 40 and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert len(outcomes) == 40 and all(error is None for error, _ in outcomes)
+    assert {name for _, name in outcomes} == {threading.current_thread().name}
+    assert producer.flush() == 0  # records sent with on_delivery are reported to it, not counted here
+    producer.close()
+
+
+def test_a_record_that_is_not_delivered_is_reported_as_an_error():
+    producer = Producer("127.0.0.1:1", "test-dr-away", client="confluent-kafka")
+    outcomes: list = []
+    producer.send_bytes("control", "k", b"x", on_delivery=outcomes.append)
+    producer._impl._producer.purge()  # librdkafka reports a purged record as failed
+    producer.poll(1.0)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], ProduceError)
