@@ -111,8 +111,8 @@ def write(dest: Path, fmt: str, rows: list[dict[str, Any] | Malformed]) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
         path = dest / "rows.jsonl"
-        path.write_text("".join((json.dumps(r) if not isinstance(r, Malformed) else
-                                 '{"id": "broken", "prompt": "2+2=", "verifier": {"kind": "arith"') + "\n" for r in rows))
+        broken = '{"id": "broken", "prompt": "2+2=", "verifier": {"kind": "arith"'  # cut short: not JSON
+        path.write_text("".join((broken if isinstance(r, Malformed) else json.dumps(r)) + "\n" for r in rows))
         return path
     if fmt == "csv":
         return _write_csv(dest / "rows.csv", rows)

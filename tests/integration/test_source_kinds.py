@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from m1flow import chat
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from m1flow.data import DatasetConfig, open_source
@@ -44,6 +45,11 @@ GENRM = {"judge": "length"}  # the heuristic judge (no model): the longer answer
 REFERENCE = "xy"  # a genrm row's fixed reference answer: answers longer than 2 characters beat it
 EASY = [(3, 4), (7, 5), (9, 2), (6, 8)]  # operands the warm start was trained on: sometimes right
 HARD = [(48213, 90417), (70932, 18865)]  # five digits: the warm start cannot know these sums
+# an answer in each family's form that is wrong for every row of this test (arith: checked by hand)
+WRONG = {"math": "The answer is $\\boxed{-987654}$.", "logic": "<answer>-987654</answer>",
+         "rg": "<answer>-987654</answer>", "code": "```python\nprint(-987654)\n```",
+         "swe": "```diff\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n"
+                "+    return a * b\n```"}
 # source -> (verifier kind, domain) of every group it must produce
 EXPECTED = {"sums": ("arith", "reasoning"), "algebra": ("math", "reasoning"), "humaneval": ("code", "reasoning"),
             "repo": ("swe", "reasoning"), "chat": ("genrm", "general"), "gsm8k": ("math", "reasoning"),
@@ -57,7 +63,7 @@ def jsonl_rows(tmp_path: Path, store: TaskStore) -> list[dict[str, Any]]:
     an SWE task, two open prompts (one judged against a fixed reference)."""
     sums = [row("sums", f"easy{i}", f"{a}+{b}=", "arith", str(a + b)) for i, (a, b) in enumerate(EASY)]
     sums += [row("sums", f"hard{i}", f"{a}+{b}=", "arith", str(a + b)) for i, (a, b) in enumerate(HARD)]
-    chat = [row("chat", "open", "Write a haiku about streams.", "genrm", domain="general"),  # reference: the group's best
+    chat = [row("chat", "open", "Write a haiku about streams.", "genrm", domain="general"),  # reference: the best
             row("chat", "fixed", "Describe a river in one line.", "genrm", spec={"candidates": [REFERENCE]},
                 domain="general")]
     return sums + [humaneval_row("HumanEval/34"), swe_row(tmp_path, store)] + chat
@@ -152,7 +158,8 @@ def test_every_kind_fed_through_the_source_is_scored_by_its_verifier_and_trained
         for g in groups:
             record = expected[g["prompt_id"]]
             kind, domain = EXPECTED[record.source]
-            assert (g["verifier_kind"], g["source"], g.get("domain", "")) == (kind, record.source, domain), g["prompt_id"]
+            got = (g["verifier_kind"], g["source"], g.get("domain", ""))
+            assert got == (kind, record.source, domain), g["prompt_id"]
             assert len(g["samples"]) == GROUP and not g.get("incomplete"), g["prompt_id"]
             by_source[(record.source, kind)] += 1
 
@@ -173,7 +180,7 @@ def test_every_kind_fed_through_the_source_is_scored_by_its_verifier_and_trained
 def check_verdicts(groups: list[dict], expected: dict[str, TaskRecord], rollouts: dict[str, events.Rollout],
                    scorer: Any) -> None:
     """Each group's verdicts are its kind's verifier's on what the policy wrote, and that verifier,
-    on the spec that crossed the broker, gives the row's gold full reward."""
+    on the spec that crossed the broker, gives the row's gold full reward and a wrong answer less."""
     arith: list[tuple[str, bool]] = []
     for g in groups:
         record = expected[g["prompt_id"]]
@@ -186,15 +193,18 @@ def check_verdicts(groups: list[dict], expected: dict[str, TaskRecord], rollouts
             assert status is not Status.UNSPECIFIED and not status.is_infra_failure, (g["prompt_id"], s)
         again = scorer.score_group(sampled[0].prompt_text, [r.response_text for r in sampled], spec)
         assert [sample_verdict(s) for s in samples] == [result_verdict(r) for r in again], g["prompt_id"]
-        if record.verifier.family == "genrm":  # the length judge, by hand: a longer answer never scores below a shorter one
+        if record.verifier.family == "genrm":  # the length judge by hand: a longer answer never scores below a shorter
             lengths = [len(after_reasoning(r.response_text)) for r in sampled]
             parts = [s.get("parts", {}).get("genrm", 0.0) for s in samples]
             assert all(parts[i] >= parts[j] for i in range(GROUP) for j in range(GROUP) if lengths[i] > lengths[j])
             if record.verifier.spec.get("candidates"):  # against the fixed reference: +1 longer, 0 as long, -1 shorter
                 assert parts == [float((n > len(REFERENCE)) - (n < len(REFERENCE))) for n in lengths], (lengths, parts)
             continue
-        gold = scorer.score(gold_response(record), spec)
+        gold = scorer.score(gold_response(record), spec)  # the spec that crossed the broker can say yes ...
         assert (gold.status, gold.reward, gold.correct) == (Status.OK, 1.0, True), (g["prompt_id"], gold.detail)
+        if record.verifier.family in WRONG:  # ... and no, to a well-formed wrong answer
+            wrong = scorer.score(chat.response_text(WRONG[record.verifier.family]), spec)
+            assert wrong.usable and wrong.reward < 1.0 and wrong.correct is not True, (g["prompt_id"], wrong.detail)
         if record.verifier.family == "arith":  # checked here without the verifier: the answer is the gold
             for s, r in zip(samples, sampled):
                 right = after_reasoning(r.response_text).strip() == record.verifier.gold
