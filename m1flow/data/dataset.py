@@ -22,9 +22,9 @@ __all__ = ["DEFAULT_KINDS", "DatasetConfig", "FileSource", "GeneratorSource", "T
 class DatasetConfig(BaseModel):
     name: str = Field("", description="source name (prompt ids are '<name>/<id>'); default: the file stem "
                                       "or the generator")
-    path: str = Field("", description="a file (jsonl, parquet, csv) or a Hugging Face datasets directory")
+    path: str = Field("", description="a file (jsonl, parquet, csv, arrow) or a Hugging Face datasets directory")
     generator: str = Field("", description='instead of path: "arith", "logic:<family>", "rg:<task>"')
-    format: str | None = Field(None, description="jsonl, parquet, csv, hf; default: from the suffix / layout")
+    format: str | None = Field(None, description="jsonl, parquet, csv, arrow, hf; default: from the suffix / layout")
     importer: str = Field("auto", description="m1flow, verl, or auto (verl when rows have data_source and "
                                               "reward_model)")
     domain: Literal["reasoning", "general"] | None = Field(None, description="override the rows' domain")

@@ -164,7 +164,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     service_args = {"rollout": ["--engine", args.engine]}
     if args.sources:  # the prompt source runs only when given its datasets
-        service_args["source"] = ["--config", str(Path(args.sources).resolve())]
+        from m1flow.ops.sources_file import SourcesFileError, resolved_sources
+
+        try:  # relative dataset paths are the file's, not the repository root's (where services run)
+            service_args["source"] = ["--config", str(resolved_sources(args.sources, args.run_dir))]
+        except SourcesFileError as exc:
+            raise CliError(str(exc)) from None
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
                   service_args=service_args, secure=args.secure)
     supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
@@ -292,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--secure", action="store_true",
                    help="TLS with a certificate per service and least-privilege ACLs (docs/security.md)")
     u.add_argument("--sources", help="a YAML/JSON file of svc_source settings (a `sources:` list of datasets "
-                                     "and generators); starts the prompt source")
+                                     "and generators; relative paths are the file's); starts the prompt source")
     u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
     _model_flags(u)
     u.set_defaults(func=cmd_up)

@@ -17,7 +17,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                             "through the reward path; exit 1 if any row is bad")
     v.add_argument("files", nargs="+", type=Path, metavar="FILE",
                    help="JSONL, Parquet, CSV or a Hugging Face datasets directory")
-    v.add_argument("--format", help="jsonl, parquet, csv, hf (default: from the name)")
+    v.add_argument("--format", help="jsonl, parquet, csv, arrow, hf (default: from the name)")
     v.add_argument("--importer", default="auto", help="m1flow, verl or auto (default)")
     v.add_argument("--kinds", default="{}", help='JSON: verl data_source -> verifier kind, e.g. \'{"my/set": "math"}\'')
     v.add_argument("--sandbox", default="", metavar="ADDR",

@@ -1,4 +1,6 @@
-"""`m1flow data validate`: good and bad files of every format; the CLI once as a subprocess."""
+"""`m1flow data validate`: good and bad files of every format (JSONL, CSV, Parquet, Arrow, Hugging Face
+save_to_disk and data-files directories: tests/data/rows.py writes them), the fixture files, and the
+CLI once as a subprocess."""
 from __future__ import annotations
 
 import os
@@ -8,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from m1flow.data import DatasetConfig, open_source
 from m1flow.ops.data_cli import cmd_validate
 from m1flow.ops.data_validate import GoldChecker, check_rows
-from m1flow.data import DatasetConfig, open_source
+from m1flow.task_store import TaskStore
+from tests.data.rows import BAD_FIELD, FORMATS, MALFORMED_FIELD, bad_rows, good_rows, row, swe_row, unreadable, write
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "data"
@@ -20,14 +24,76 @@ def validate(capsys, *files: Path | str, **flags) -> tuple[int, list[str], str]:
     import argparse
 
     args = argparse.Namespace(files=[Path(f) for f in files], format=flags.get("format"), importer="auto",
-                              kinds=flags.get("kinds", "{}"), sandbox="", limit=None, jobs=2)
+                              kinds=flags.get("kinds", "{}"), sandbox=flags.get("sandbox", ""), limit=None, jobs=2)
     code = cmd_validate(args)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err
 
 
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> str:
+    """One local sandbox for the code and SWE rows of the per-format files (the jail where it runs,
+    else what svc_sandbox picks), instead of one started by each validate."""
+    from m1flow.ops.launcher import launch
+    from svc_sandbox.backends.jail import JailBackend
+
+    args = [] if JailBackend.missing() else ["--backend", "jail"]
+    proc = launch("sandbox", tmp_path_factory.mktemp("sandbox"), bootstrap="unused:0", args=args)
+    yield proc.grpc_address
+    proc.stop()
+
+
+GOOD_SUMMARY = ("validate: 9 rows in 1 file(s): 8 good, 0 bad, 1 schema-checked only (genrm without a reference "
+                "answer: a judge model scores it, not checkable offline: 1)")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_good_file_of_each_format_with_a_row_of_every_kind_is_good(capsys, tmp_path, sandbox, fmt):
+    """arith, math (boxed; DAPO as a chat conversation), logic, code (stdin/stdout and HumanEval),
+    swe (a snapshot by task-store reference, its patch run in the sandbox), rg, genrm."""
+    path = write(tmp_path, fmt, good_rows(tmp_path, TaskStore(tmp_path / "tasks")))
+    code, out, _ = validate(capsys, path, sandbox=sandbox)
+    assert (code, out) == (0, [GOOD_SUMMARY])
+
+
+@pytest.mark.parametrize("case", sorted(bad_rows()))
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_bad_row_in_a_file_of_each_format_is_named_and_exits_1(capsys, tmp_path, fmt, case):
+    """A malformed row (the format's own kind: a line that is not JSON, a CSV line short of fields, a
+    spec that is not JSON text, a row without its prompt), a missing gold, an unknown kind, a
+    reasoning-gym task that does not exist: named by file, row and field; the good rows around it pass."""
+    good = row("mix", "ok", "1+1=", "arith", "2")
+    path = write(tmp_path, fmt, [good, bad_rows()[case], good])
+    code, out, _ = validate(capsys, path)
+    field = MALFORMED_FIELD[fmt] if case == "malformed" else BAD_FIELD[case]
+    assert code == 1 and len(out) == 2, out
+    assert out[0].startswith(f"{path}:1: {field}: "), out[0]
+    assert out[1] == "validate: 3 rows in 1 file(s): 2 good, 1 bad, 0 schema-checked only"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_unreadable_file_of_each_format_exits_2_in_one_line_naming_it(capsys, tmp_path, fmt):
+    """Not gzip behind a .gz name, an empty CSV, a Parquet or Arrow file (or a directory's data file) cut short."""
+    path = unreadable(tmp_path, fmt, [row("mix", "ok", "1+1=", "arith", "2")] * 40)
+    code, out, err = validate(capsys, path)
+    assert code == 2 and out == [] and len(err.splitlines()) == 1, err
+    assert err.startswith(f"m1flow: error: {path}"), err
+
+
+def test_an_swe_row_whose_patch_does_not_fix_the_bug_is_bad(capsys, tmp_path, sandbox):
+    """The reference patch runs against the snapshot in the sandbox: one that leaves FAIL_TO_PASS failing scores 0."""
+    good = swe_row(tmp_path, TaskStore(tmp_path / "tasks"))
+    wrong = {**good, "id": "no-fix", "verifier": {**good["verifier"], "gold": good["verifier"]["gold"].replace(
+        "+    return a + b", "+    return a * b")}}
+    code, out, _ = validate(capsys, write(tmp_path, "jsonl", [good, wrong]), sandbox=sandbox)
+    assert code == 1 and len(out) == 2, out
+    assert ":1: verifier.gold: the gold scores 0, not 1 (OK: NO: FAIL_TO_PASS 0/1" in out[0], out[0]
+    assert out[1].startswith("validate: 2 rows in 1 file(s): 1 good, 1 bad")
+
+
 def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
-    """JSONL (mixed kinds, code included: a sandbox starts), verl parquet, CSV, a HF directory."""
+    """The fixtures through the CLI: JSONL (mixed kinds, code included: a sandbox starts), verl
+    parquet, CSV, a HF directory."""
     datasets = pytest.importorskip("datasets")
     datasets.disable_progress_bars()
     datasets.Dataset.from_parquet(str(FIXTURES / "gsm8k_verl.parquet")).save_to_disk(str(tmp_path / "hf"))

@@ -44,3 +44,29 @@ def test_a_bad_setting_stops_the_service_with_one_line_naming_it():
 
     with pytest.raises(SystemExit, match=r"^svc_source: invalid settings: sources: .*every source has weight 0"):
         main(SourceService, ["--sources", '[{"generator": "arith", "weight": 0}]'])
+
+
+def test_up_hands_the_source_its_file_with_dataset_paths_made_absolute_against_the_file(tmp_path):
+    """The services run from the repository root: `m1flow up --sources` resolves a relative `path:`
+    against the sources file's directory and leaves absolute paths, generators and other keys alone."""
+    from m1flow.ops.sources_file import SourcesFileError, resolved_sources
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "sources.yaml").write_text("group_size: 4\nsources:\n  - path: data/train.parquet\n    weight: 2\n"
+                                       "  - path: /abs/tasks.jsonl\n  - generator: arith\n    size: 8\n")
+    out = resolved_sources(conf / "sources.yaml", tmp_path / "run")
+    cfg = SourceConfig.load(["--config", str(out)], env={})
+    assert [s.path for s in cfg.sources] == [str(conf / "data" / "train.parquet"), "/abs/tasks.jsonl", ""]
+    assert (cfg.group_size, cfg.sources[0].weight, cfg.sources[2].size) == (4, 2, 8)
+    assert out.parent == (tmp_path / "run").resolve() and (conf / "sources.yaml").read_text().startswith("group_size")
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps({"sources": {"path": "x.jsonl"}}))  # one source, not a list: as svc_source reads it
+    assert SourceConfig.load(["--config", str(resolved_sources(single, tmp_path / "run"))], env={}).sources[0].path \
+        == str(tmp_path / "x.jsonl")
+    for text in ("- path: a.jsonl\n", "sources: [\n"):
+        (tmp_path / "bad.yaml").write_text(text)
+        with pytest.raises(SourcesFileError, match="bad.yaml"):
+            resolved_sources(tmp_path / "bad.yaml", tmp_path / "run")
+    with pytest.raises(SourcesFileError, match="cannot be read"):
+        resolved_sources(tmp_path / "missing.yaml", tmp_path / "run")
