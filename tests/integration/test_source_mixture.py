@@ -68,6 +68,9 @@ def test_a_mixture_change_lands_within_a_step_survives_a_restart_and_replays(tmp
     proc = launch("source", tmp_path, bootstrap, args, run_id=run)
     try:
         wait_for(lambda: "held: lead full" in proc.tail(), 60, "the first lead")
+        # sent is not yet acknowledged (batches are in flight while the next is drawn): wait to read them
+        wait_for(lambda: len(drawn(bootstrap, "prompts", stream)) >= LIMIT, 30, "the first lead on the broker",
+                 interval=0.2)
         first = drawn(bootstrap, "prompts", stream)
         assert [(d[1], d[2]) for d in first] == [("easy", 0)] * LIMIT  # weight 0: never drawn
         send_mixture(bootstrap, run, {"easy": 0.0, "hard": 1.0}, {"hard": 3})
@@ -82,8 +85,9 @@ def test_a_mixture_change_lands_within_a_step_survives_a_restart_and_replays(tmp
         send_mixture(bootstrap, run, {"nope": 1.0})
         wait_for(lambda: 'reason="unknown_source"' in metric(proc, "m1flow_source_mixture_refused_total"), 30,
                  "the refusal counted")
-        refusals = [r["value"] for r in read_range(bootstrap, "metrics")
-                    if r["value"].get("name") == "source/mixture_refused" and r["value"]["header"]["trace"]["run_id"] == run]
+        events_ = [r.get("value") or {} for r in read_range(bootstrap, "metrics")]  # other tests leave garbage there
+        refusals = [v for v in events_ if v.get("name") == "source/mixture_refused"
+                    and v.get("header", {}).get("trace", {}).get("run_id") == run]
         assert len(refusals) == 1 and "nope" in refusals[0]["labels"]["why"]
         assert "m1flow_source_mixture_version 1.0" in metric(proc, "m1flow_source_mixture_version")
     finally:
