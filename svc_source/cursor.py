@@ -51,6 +51,13 @@ class Cursor:
         if self.position >= self.n:
             self._roll()
 
+    def switch(self, source: Any, read: Reader, ahead: Ahead | None) -> None:
+        """Read from another source of the same rows from the next draw on (a generator at another
+        level): the position stays, the block held is dropped and read again from it."""
+        self.source, self.read, self.ahead = source, read, ahead
+        self._lo = self._hi = 0
+        self._held = []
+
     def draw(self) -> tuple[int, int, int, Any]:
         """(epoch, position, row, record or RowError) of the next draw, and advance."""
         position = self.position

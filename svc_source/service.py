@@ -237,9 +237,7 @@ class SourceService(Service):
         for j, cursor in enumerate(self.cursors):
             source = self._at_level(cursor.source)
             if source is not cursor.source:  # the block under it is generated again at the new level
-                cursor.source = source
-                cursor.read, cursor.ahead = self._readers(j, source)
-                cursor._lo = cursor._hi = 0
+                cursor.switch(source, *self._readers(j, source))
         self.interleave = self._interleave()
         state = self.state()
         self.producer.send(SOURCE_STATE, history_key(self.state_key, mixture.version), state)

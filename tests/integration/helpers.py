@@ -36,3 +36,21 @@ def content(scored: dict) -> dict:
 
 def policy_versions(bootstrap: str, topic: str = "policy") -> list[int]:
     return [int(r["value"].get("version", 0)) for r in records(bootstrap, topic)]
+
+
+def commit_end(bootstrap: str, group: str, topic: str = "prompts") -> None:
+    """`group` commits the end of `topic`: everything published so far counts as taken (how the
+    tests stand in for a rollout group that consumed it all, for the source's lead)."""
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(parts)
+        consumer.seek_to_end(*parts)
+        for tp in parts:
+            consumer.position(tp)
+        consumer.commit()
+    finally:
+        consumer.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-from kafka import KafkaConsumer
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import SCORED
@@ -17,7 +16,7 @@ from m1flow.ops.stack import Stack
 from m1flow.ops.topics_io import read_range
 from m1flow.status import Status
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import commit_end, wait_for
 
 ROLLOUT_GROUP = "curriculum-test-rollout"
 SIZE = 8
@@ -58,26 +57,10 @@ class Loop:
                               policy_version=0, status=Status.OK)
             self.producer.send(SCORED, g.group_id, g)
         self.producer.flush()
-        commit_end(self.bootstrap)
+        commit_end(self.bootstrap, ROLLOUT_GROUP)
 
     def until(self, predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         wait_for(lambda: (self.step(), predicate())[1], timeout, what, interval=0.5)
-
-
-def commit_end(bootstrap: str) -> None:
-    """The rollout group has taken everything on `prompts`."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=ROLLOUT_GROUP, enable_auto_commit=False)
-    try:
-        from kafka.structs import TopicPartition
-
-        parts = [TopicPartition("prompts", p) for p in consumer.partitions_for_topic("prompts")]
-        consumer.assign(parts)
-        consumer.seek_to_end(*parts)
-        for tp in parts:
-            consumer.position(tp)
-        consumer.commit()
-    finally:
-        consumer.close()
 
 
 def mixtures(bootstrap: str) -> list[dict]:

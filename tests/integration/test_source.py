@@ -9,13 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition
 
 from m1flow.bus.admin import end_offsets
 from m1flow.ops.launcher import launch
 from m1flow.ops.topics_io import read_range
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import commit_end, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -82,14 +80,7 @@ def test_the_lead_holds_publishing_until_the_rollout_group_consumes(tmp_path, bo
         wait_for(lambda: "held: lead full" in proc.tail(), 30, "the lead to fill")
         limit = int(float(metric(proc, "m1flow_source_lead_limit").split()[-1]))
         assert published(bootstrap) - before == limit  # a group that never committed: its own prompts count
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-        parts = [TopicPartition("prompts", p) for p in consumer.partitions_for_topic("prompts")]
-        consumer.assign(parts)
-        consumer.seek_to_end(*parts)
-        for tp in parts:
-            consumer.position(tp)
-        consumer.commit()  # the rollout group consumed everything
-        consumer.close()
+        commit_end(bootstrap, group)  # the rollout group consumed everything
         wait_for(lambda: published(bootstrap) - before >= 2 * limit, 30, "a second lead's worth", interval=0.2)
         wait_for(lambda: proc.tail().count("held: lead full") >= 2, 30, "the lead to fill again")
         assert published(bootstrap) - before == 2 * limit

@@ -6,15 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition
-
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import CONTROL
 from m1flow.contracts import events
 from m1flow.ops.launcher import launch
 from m1flow.ops.topics_io import read_range
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import commit_end, wait_for
 from tests.integration.test_source import metric, source_config
 
 pytestmark = pytest.mark.kafka
@@ -31,18 +28,6 @@ def drawn(bootstrap: str, topic: str, stream: str) -> list[tuple[int, str, int, 
             out[int(origin.get("draw", 0))] = (int(origin.get("draw", 0)), origin["source"],
                                                int(origin.get("mixture_version", 0)), rec["value"]["prompt_id"])
     return [out[d] for d in sorted(out)]
-
-
-def consume_all(bootstrap: str, group: str) -> None:
-    """The rollout group commits the end of `prompts`: everything published so far is taken."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    parts = [TopicPartition("prompts", p) for p in consumer.partitions_for_topic("prompts")]
-    consumer.assign(parts)
-    consumer.seek_to_end(*parts)
-    for tp in parts:
-        consumer.position(tp)
-    consumer.commit()
-    consumer.close()
 
 
 def send_mixture(bootstrap: str, run: str, weights: dict, levels: dict | None = None) -> str:
@@ -75,7 +60,7 @@ def test_a_mixture_change_lands_within_a_step_survives_a_restart_and_replays(tmp
         assert [(d[1], d[2]) for d in first] == [("easy", 0)] * LIMIT  # weight 0: never drawn
         send_mixture(bootstrap, run, {"easy": 0.0, "hard": 1.0}, {"hard": 3})
         wait_for(lambda: "mixture v1" in proc.tail(50), 30, "the mixture applied")
-        consume_all(bootstrap, group)
+        commit_end(bootstrap, group)
         wait_for(lambda: len(drawn(bootstrap, "prompts", stream)) >= 2 * LIMIT, 30, "a step under the new mixture")
         second = drawn(bootstrap, "prompts", stream)[LIMIT:]
         # nothing more of the old mixture after the command: the lead it had was one step
@@ -95,7 +80,7 @@ def test_a_mixture_change_lands_within_a_step_survives_a_restart_and_replays(tmp
 
     again = launch("source", tmp_path, bootstrap, args, run_id=run)  # resumes under v1, applies nothing twice
     try:
-        consume_all(bootstrap, group)
+        commit_end(bootstrap, group)
         wait_for(lambda: len(drawn(bootstrap, "prompts", stream)) >= 3 * LIMIT, 60, "a step after the restart")
         assert "m1flow_source_mixture_version 1.0" in metric(again, "m1flow_source_mixture_version")
     finally:
@@ -146,7 +131,7 @@ def test_the_online_filter_retires_a_too_easy_source_and_keeps_it_retired_after_
                 easy = value["origin"]["source"] == "easy"
                 producer.send(SCORED, value["prompt_id"], scored_group(value, [True] * 4 if easy else [True, False] * 2, run))
         producer.flush()
-        consume_all(bootstrap, group)
+        commit_end(bootstrap, group)
 
     proc = launch("source", tmp_path, bootstrap, args, run_id=run)
     try:
