@@ -130,13 +130,13 @@ def held_out(policy: Path, args: argparse.Namespace) -> dict[str, float]:
     return accuracy
 
 
-def table(sides: list[dict]) -> None:
+def table(sides: list[dict], batch: int) -> None:
     names = list(SOURCES)
     print("\n| side | minutes | versions | groups scored | skipped by the learner | skipped share | "
           "groups trained/min | rows retired | " + " | ".join(f"held-out {n}" for n in names) + " |")
     print("|---|---|---|---|---|---|---|---|" + "---|" * len(names))
     for s in sides:
-        trained = s.get("versions", 0) * ARGS.batch
+        trained = s.get("versions", 0) * batch
         share = s.get("skipped", 0) / max(s.get("scored", 0), 1)
         acc = s.get("held_out", {})
         print(f"| {s['side']} | {s.get('minutes', 0):.1f} | {s.get('versions', 0)} | {s.get('scored', 0)} | "
@@ -146,11 +146,8 @@ def table(sides: list[dict]) -> None:
         print(f"{s['side']}: groups scored by source {s.get('scored_by_source', {})}")
 
 
-ARGS: argparse.Namespace
-
 
 def main() -> None:
-    global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=4.0, help="training time per side, from the source's start")
     ap.add_argument("--rows", type=int, default=24, help="items per source (epochs repeat them)")
@@ -159,7 +156,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--held-out", type=int, default=32, help="fresh items per source for the final accuracy")
     ap.add_argument("--deadline-s", type=float, default=None)
-    ARGS = args = ap.parse_args()
+    args = ap.parse_args()
     deadline = Deadline(args.deadline_s or 1200 + 2 * 60 * args.minutes)
     on_signals(deadline)
     torch.set_num_threads(1)
@@ -183,7 +180,7 @@ def main() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         shutil.rmtree(home, ignore_errors=True)
-        table(sides)
+        table(sides, args.batch)
         print(f"\nload average at the end {', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
     if reason:
         print(f"\nincomplete: {reason}", file=sys.stderr, flush=True)
