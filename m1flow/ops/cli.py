@@ -143,9 +143,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
           f" ({args.service}); outputs go to " + (f"'<topic>.{suffix}'" if suffix else "the live topics"))
     proc = launch(args.service, args.run_dir, bootstrap, replica=900 + os.getpid() % 100, args=[
         "--group-id", args.group, "--stop-offsets", json.dumps(stops), "--output-suffix", suffix,
-        *extra, *service_args])
+        *extra, *service_args], wait=False)  # a short range can be done before a readiness check would look
     code = proc.proc.wait()
     print(f"replay finished with exit code {code}; log: {proc.log_path}")
+    if code:
+        print(proc.tail(), file=sys.stderr)
     return code
 
 

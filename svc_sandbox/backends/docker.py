@@ -5,8 +5,9 @@ memory/CPU/pids limits, no capabilities, no-new-privileges, the engine's default
 rlimits for CPU time, file size and open files, and the engine's init (tini) as PID 1, so the
 program is an ordinary process that gets SIGXCPU at its CPU limit and whose orphans are reaped.
 The rlimit is per process, so a run that forks N busy processes would get N budgets: the
-container's CPU time, read from the engine's stats (its cgroup) while it runs, is the run's total,
-and the run is killed when that total reaches the limit.
+container's CPU time, read while it runs from its cgroup (backends/cgroup.py; the engine's stats
+where the engine is not on this host), is the run's total, and the run is killed when that total
+reaches the limit.
 Files and stdin travel as one tar archive on the container's stdin (the work dir is a tmpfs,
 which `docker cp` cannot reach before start); the container unpacks it, prints the STARTED byte
 and execs the program with its stdin from the archive. Output is streamed and cut at the byte
@@ -28,6 +29,7 @@ from pydantic import BaseModel, Field
 from svc_sandbox.api import MB, ExecResult, Limits
 from svc_sandbox.backends.base import (WORK_DIR, BoundedOutput, Cancel, RunOutcome, UidPool, UidRange,
                                        announce_start, classify)
+from svc_sandbox.backends.cgroup import CgroupStats
 
 _STDIN_FILE = ".m1flow-stdin"
 SANDBOX_LABEL = "m1flow.sandbox"  # on every run container: what the socket proxy lets us touch
@@ -43,8 +45,10 @@ class DockerConfig(BaseModel):
     ping_timeout_s: float = Field(2.0, gt=0, description="how long to wait for the engine to answer")
     kill_timeout_s: float = Field(10.0, gt=0, description="how long a killed container may take to stop")
     uids: UidRange = Field(default_factory=UidRange, description="each run's own uid comes from here")
-    stats_poll_s: float = Field(0.25, gt=0, description="how often the run's CPU time is read from the engine; "
-                                                         "a run may pass its CPU limit by about this much times its CPUs")
+    stats_poll_s: float = Field(0.25, gt=0, description="how often the run's CPU time is read from the engine's "
+                                                         "stats (a remote engine; they publish about once a second)")
+    cgroup_poll_s: float = Field(0.02, gt=0, description="how often it is read from the run's cgroup files (a local "
+                                                          "engine); a run may pass its CPU limit by this times its CPUs")
 
 
 def _archive(files: Mapping[str, bytes], stdin: bytes) -> bytes:
@@ -142,7 +146,7 @@ class DockerBackend:
             stdin.close()
         thread = threading.Thread(target=reader.read, daemon=True, name="docker-output")
         thread.start()
-        meter = _RunMeter(container, limits.cpu_seconds, self.config.stats_poll_s, reader.wake)
+        meter = _RunMeter(container, limits.cpu_seconds, self.config, reader.wake)
         meter.start()
         stopped = reader.wait(start + limits.wall_seconds, cancel)
         meter.stop()
@@ -157,7 +161,7 @@ class DockerBackend:
             wall=time.monotonic() - start, oom_killed=bool(container.attrs["State"].get("OOMKilled")),
             cancelled=stopped == "cancel", cpu=meter.cpu, memory_peak=meter.memory_peak,
             cpu_exceeded=meter.exceeded and not stopped,
-            note=f"CPU time and memory peak sampled from the engine every {self.config.stats_poll_s}s"), limits)
+            note=f"CPU time and memory peak sampled {meter.source}"), limits)
 
 
 def _kill(container) -> None:
@@ -171,14 +175,18 @@ def _kill(container) -> None:
 
 
 class _RunMeter:
-    """The whole container's CPU time and memory peak, sampled from the engine's stats while it runs.
+    """The whole container's CPU time and memory peak, sampled while it runs: from its cgroup files
+    where the engine is on this host, else from the engine's stats.
 
     Sets `exceeded` and wakes the waiting run when the CPU time reaches the limit. A stats call on a
-    container that has exited reads zeros, so the last sample taken while it ran is what counts.
+    container that has exited reads zeros (and its cgroup is gone), so the last sample taken while it
+    ran is what counts.
     """
 
-    def __init__(self, container, cpu_limit: float, poll_s: float, wake: threading.Event):
-        self.container, self.cpu_limit, self.poll_s, self.wake = container, cpu_limit, poll_s, wake
+    def __init__(self, container, cpu_limit: float, config: DockerConfig, wake: threading.Event):
+        self.container, self.cpu_limit, self.config, self.wake = container, cpu_limit, config, wake
+        self.poll_s = config.stats_poll_s
+        self.source = f"from the engine's stats every {config.stats_poll_s}s"
         self.cpu = 0.0
         self.memory_peak = 0
         self.exceeded = False
@@ -194,19 +202,31 @@ class _RunMeter:
 
     def _run(self) -> None:
         import docker
+        try:
+            self.container.reload()
+            cgroup = CgroupStats.of(self.container.id, int(self.container.attrs["State"].get("Pid") or 0))
+        except (docker.errors.DockerException, OSError):
+            cgroup = None
+        if cgroup is not None:
+            self.poll_s = self.config.cgroup_poll_s
+            self.source = f"from the run's cgroup every {self.poll_s}s"
         while not self._stop.is_set():
             try:
-                stats = self.container.stats(stream=False, one_shot=True)
+                cpu, memory = cgroup.read() if cgroup is not None else self._engine_stats()
             except (docker.errors.DockerException, OSError, ValueError):
                 return  # the container is gone: the run is over
-            self.cpu = max(self.cpu, stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage", 0) / 1e9)
-            memory = stats.get("memory_stats", {})
-            self.memory_peak = max(self.memory_peak, int(memory.get("max_usage") or memory.get("usage") or 0))
+            self.cpu, self.memory_peak = max(self.cpu, cpu), max(self.memory_peak, memory)
             if self.cpu >= self.cpu_limit:
                 self.exceeded = True
                 self.wake.set()
                 return
             self._stop.wait(self.poll_s)
+
+    def _engine_stats(self) -> tuple[float, int]:
+        stats = self.container.stats(stream=False, one_shot=True)
+        memory = stats.get("memory_stats", {})
+        return (stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage", 0) / 1e9,
+                int(memory.get("max_usage") or memory.get("usage") or 0))
 
 
 class _StreamReader(BoundedOutput):

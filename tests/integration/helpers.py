@@ -11,13 +11,16 @@ def records(bootstrap: str, topic: str) -> list[dict]:
     return list(read_range(bootstrap, topic))
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 1.0) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 1.0,
+             detail: Callable[[], object] | None = None) -> None:
+    """`detail`, when given, says on a timeout what was seen instead."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    seen = f"; saw {detail()}" if detail is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{seen}")
 
 
 def scored_by_group(bootstrap: str, topic: str = "scored") -> dict[str, list[dict]]:

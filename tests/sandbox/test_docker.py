@@ -112,7 +112,9 @@ def test_cpu_time_is_the_whole_runs_not_each_processes(docker_sandbox):
     limits = LIMITS.model_copy(update={"cpu_seconds": 1.0, "cpus": 2.0})
     r = run(docker_sandbox, SPREAD_CPU, limits=limits)
     assert r.status is Status.TIME_LIMIT and "CPU time of the run" in r.detail, r
-    assert 1.0 <= r.cpu_seconds < 2.5, r  # the run's total, over the limit by at most a poll of 2 CPUs
+    # the run's total: the engine is local, so its cgroup is read every 20 ms (the stats the engine
+    # publishes once a second let 2 CPUs pass the limit by up to 2 s)
+    assert 1.0 <= r.cpu_seconds < 1.6, r
     # sampled while it runs: half a second of work, then a pause the meter sees it in
     busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(1.5)"
     ok = run(docker_sandbox, busy)
