@@ -96,6 +96,6 @@ def test_the_source_draws_what_the_monitors_curriculum_decides(tmp_path):
                    if r["value"].get("name") == "source/mixture_refused"]
         assert refused == []  # every command the monitor sent was one the source could apply
         states = [r["value"] for r in read_range(stack.bootstrap, "source_state") if r["value"].get("stage")]
-        assert states and states[-1]["stage"] == "blend" and states[-1]["levels"]["easy"] == 2
+        assert states and states[-1]["stage"] == "blend" and states[-1]["levels"]["easy"] >= 2  # still too easy: it may go on up
     finally:
         stack.stop()
