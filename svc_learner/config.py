@@ -5,7 +5,9 @@ from pathlib import Path
 
 from pydantic import Field
 
+from m1flow import store
 from m1flow.checkpoint import LEARNER_CHECKPOINTS
+from m1flow.checkpoint import path_of as checkpoint_path
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
 from svc_learner.update import TrainConfig
@@ -18,6 +20,9 @@ class LearnerServiceConfig(ServiceConfig):
         None, description="policy to start from when checkpoint_dir holds none (a learner checkpoint also "
                           "gives its version and optimizer: how a replay starts)")
     checkpoint_dir: Path | None = Field(None, description="where checkpoints go; default run_dir/learner/checkpoints")
+    checkpoint_uri: str = Field(
+        "", description="where checkpoints go as a URI, over checkpoint_dir: file:///shared/ckpt (a "
+                        "ReadWriteMany volume) or s3://bucket/prefix (an object store, `store` says how to reach it)")
     batch_groups: int = Field(16, ge=1, description="trainable groups per learner step (skipped groups take no place)")
     batch_timeout_s: float = Field(
         30.0, gt=0, description="train on fewer groups once the input has been idle and caught up this long")
@@ -32,4 +37,14 @@ class LearnerServiceConfig(ServiceConfig):
                                description="optimizer, minibatch updates per batch, LM head")
 
     def checkpoint_root(self) -> Path:
+        """The local directory checkpoints are written to (on s3: the staging copy before upload)."""
+        if self.checkpoint_uri and store.is_remote(self.checkpoint_uri):
+            return self.run_dir / "learner" / "staging"
+        if self.checkpoint_uri:
+            return checkpoint_path(self.checkpoint_uri)
         return self.checkpoint_dir or self.run_dir / LEARNER_CHECKPOINTS
+
+    def checkpoint_store(self) -> store.CheckpointStore:
+        """Where checkpoints are written, found on resume and rotated: the URI, or the directory."""
+        root = self.checkpoint_uri or self.checkpoint_root()
+        return store.CheckpointStore(root, self.store, staging=self.checkpoint_root())

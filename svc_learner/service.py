@@ -20,7 +20,6 @@ from m1flow.accounting import SourceKindLabels
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
-from m1flow.checkpoint import uri_for
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.rl.filling import BatchFiller
 from m1flow.rl.selection import Skipped
@@ -120,7 +119,7 @@ class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
             return rpc.LearnerStatus(
                 policy_version=trainer.state.version, step=trainer.state.step,
                 groups_applied=len(trainer.applied), samples_dropped_stale=trainer.state.samples_dropped_stale,
-                checkpoint_uri=uri_for(trainer.current_dir),
+                checkpoint_uri=trainer.current_uri,
                 last_stats={k: float(v) for k, v in trainer.last_stats.items()})
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import torch
 
-from m1flow import checkpoint
+from m1flow import checkpoint, store
 from m1flow.bus import codec
-from m1flow.checkpoint import uri_for
 from m1flow.contracts import events
 from m1flow.rl.selection import Selected, Skipped
 from m1flow.security.announcements import sign
@@ -33,14 +32,16 @@ class Trainer:
     def __init__(self, cfg: LearnerServiceConfig, ranks: Ranks = Ranks()) -> None:
         self.cfg = cfg
         self.ranks = ranks
-        self.root = cfg.checkpoint_root()
+        self.root = cfg.checkpoint_root()  # local: the checkpoints, or (s3) their staging copy
+        self.store = cfg.checkpoint_store()
         self.loss_spec = cfg.algorithm.loss()
         self.drift_limit = drift_limit(self.loss_spec.name, cfg.train.drift_limit)
         torch.manual_seed(cfg.seed)
-        self.resumed = checkpoint.latest(self.root)
+        found = self.store.latest()  # on s3: downloaded into staging, optimizer and state with it
+        self.resumed = found.directory if found is not None else None
         source = self.resumed or cfg.init_checkpoint
         if source is None:
-            raise RuntimeError(f"no learner checkpoint in {self.root} and no --init-checkpoint to start from")
+            raise RuntimeError(f"no learner checkpoint in {self.store.root} and no --init-checkpoint to start from")
         # any causal LM directory (m1flow.lm), on its device (the local GPU under torchrun) before DDP
         self.model = load_trainable(source, cfg.device, cfg.train.dtype)
         self.tokenizer = checkpoint.load_tokenizer(source)  # kept: old checkpoints rotate away
@@ -52,8 +53,8 @@ class Trainer:
         self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
         self.state = self._initial_state(source)
         if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
-            self.current_dir, self.sha = ((self.resumed, checkpoint.weights_sha256(self.resumed))
-                                          if self.resumed else self._save())
+            self.current, self.sha = ((found, checkpoint.weights_sha256(found.directory))
+                                      if found is not None else self._save())
         self.applied = {gid for step in self.state.applied_groups for gid in step}
         self.last_stats: dict[str, float] = {}
         self.lock = threading.Lock()
@@ -78,9 +79,19 @@ class Trainer:
             return self.state.offsets
         return None if replay else {}
 
-    def _save(self) -> tuple[Path, str]:
-        return checkpoint.save_checkpoint(self.root, self.model, self.tokenizer, self.optimizer, self.state,
-                                          keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
+    @property
+    def current_dir(self) -> Path:
+        """The local copy of the current version (the checkpoint itself on a file:// root)."""
+        return self.current.directory
+
+    @property
+    def current_uri(self) -> str:
+        """What `policy` announces for the current version: file:///... or s3://bucket/prefix/v..."""
+        return self.current.uri
+
+    def _save(self) -> tuple[store.Stored, str]:
+        return self.store.save(self.model, self.tokenizer, self.optimizer, self.state,
+                               keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
     def update(self, batch: Batch) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
@@ -114,7 +125,7 @@ class Trainer:
             self.state.applied_groups.append([s.group_id for s in selected])
             self.state.skipped_groups.append([s.group_id for s in skipped])
             self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
-            self.current_dir, self.sha = self._save()
+            self.current, self.sha = self._save()
             self.applied.update(s.group_id for s in selected)
             self.last_stats = stats
         return stats
@@ -124,7 +135,7 @@ class Trainer:
         policy = events.PolicyVersion(
             header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
                                 message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
-            version=self.state.version, checkpoint_uri=uri_for(self.current_dir), sha256=self.sha,
+            version=self.state.version, checkpoint_uri=self.current_uri, sha256=self.sha,
             step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
             batch_groups=self.cfg.batch_groups)
         key = self.cfg.security.policy_signing_key

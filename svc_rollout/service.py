@@ -18,7 +18,7 @@ import grpc
 import torch
 from kafka.errors import KafkaError
 
-from m1flow import chat
+from m1flow import chat, store
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.watch import TopicWatcher
@@ -93,6 +93,8 @@ class RolloutService(Service):
         self.config: RolloutConfig = config
         torch.set_num_threads(config.torch_threads)
         self.engine = engines.build(config)
+        self.engine.policies = store.PolicyCache(
+            config.store, config.store.cache_dir or config.run_dir / "rollout" / f"policy-cache-{config.replica}")
         self.policy = PolicyFollower(config.policy_retry_s, Guard(config.security))
         self.window = config.max_new_tokens
         self.paused = False

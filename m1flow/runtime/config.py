@@ -20,6 +20,7 @@ from m1flow.bus.liveness import LivenessConfig
 from m1flow.bus.topics import TopicLayout
 from m1flow.runtime.replica import container_replica
 from m1flow.security.config import SecurityConfig
+from m1flow.store_config import StoreConfig
 
 T = TypeVar("T", bound="ServiceConfig")
 
@@ -54,6 +55,8 @@ class ServiceConfig(BaseModel):
                                           "after this long unhealthy having been healthy; 0: never")
     security: SecurityConfig = Field(default_factory=SecurityConfig,
                                      description="TLS identity for Kafka (off: plaintext, as on a laptop)")
+    store: StoreConfig = Field(default_factory=StoreConfig,
+                               description="how s3:// checkpoint URIs are reached (file:// needs nothing)")
     topics: TopicLayout = Field(default_factory=TopicLayout,
                                 description="partitions per topic and replication factor of the topics it creates")
 

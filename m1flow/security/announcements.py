@@ -3,7 +3,8 @@
 The broker's ACLs already let only the learner's principal write `policy`; the signature is the
 second lock, for what the ACLs cannot see: a record replayed into the topic by an operator tool,
 a mirror of the topic, or a broker or admin credential that was compromised. A replica adopts an
-announcement only when (1) its checkpoint path lies under a configured checkpoint root, (2) the
+announcement only when (1) its checkpoint URI lies under a configured checkpoint root (a folder, or
+an s3://bucket/prefix: m1flow.store.within), (2) the
 learner's Ed25519 signature over (version, uri, sha256) verifies, and then, when loading, (3)
 the weights' SHA-256 matches. A refused record is counted and logged and changes nothing.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from m1flow import checkpoint
+from m1flow import store
 from m1flow.contracts import events
 from m1flow.security.config import SecurityConfig
 
@@ -49,7 +50,7 @@ class Guard:
     security block names no roots and no key: the laptop default, unchanged)."""
 
     def __init__(self, security: SecurityConfig) -> None:
-        self.roots = [Path(r).resolve() for r in security.checkpoint_roots]
+        self.roots = [store.root_uri(r) for r in security.checkpoint_roots]
         self.public_key = None
         if security.policy_verify_key is not None:
             from cryptography.hazmat.primitives import serialization
@@ -60,12 +61,12 @@ class Guard:
         """Raise Refused unless the announcement may be acted on."""
         if self.roots:
             try:
-                where = checkpoint.path_of(policy.checkpoint_uri).resolve()
+                inside = store.within(policy.checkpoint_uri, self.roots)
             except Exception as exc:  # noqa: BLE001 - an unparseable URI is refused like a foreign one
-                raise Refused("outside_roots", f"{policy.checkpoint_uri!r} is not a local path ({exc})") from None
-            if not any(where == root or root in where.parents for root in self.roots):
+                raise Refused("outside_roots", f"{policy.checkpoint_uri!r} is not a checkpoint URI ({exc})") from None
+            if not inside:
                 raise Refused("outside_roots", f"{policy.checkpoint_uri!r} is under none of "
-                                               f"{', '.join(map(str, self.roots))}")
+                                               f"{', '.join(self.roots)}")
         if self.public_key is not None:
             from cryptography.exceptions import InvalidSignature
 

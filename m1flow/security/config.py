@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 
 class SecurityConfig(BaseModel):
@@ -25,11 +25,18 @@ class SecurityConfig(BaseModel):
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
     grpc_allowed_peers: list[str] = Field(default_factory=list, description="principals (certificate CNs) "
                                           "that may call this service's gRPC methods; empty: any from the CA")
-    checkpoint_roots: list[Path] = Field(default_factory=list, description="a replica loads policies only "
-                                         "from under these folders (empty: from anywhere, as on a laptop)")
+    checkpoint_roots: list[str] = Field(default_factory=list, description="a replica loads policies only "
+                                        "from under these URI prefixes: folders (paths or file://) or "
+                                        "s3://bucket/prefix (empty: from anywhere, as on a laptop)")
     policy_signing_key: Path | None = Field(None, description="the learner's Ed25519 key it signs announcements with")
     policy_verify_key: Path | None = Field(None, description="the learner's public key; set: unsigned or "
                                            "wrongly signed announcements are refused")
+
+    @field_validator("checkpoint_roots", mode="before")
+    @classmethod
+    def _roots_as_text(cls, value: Any) -> Any:
+        """Paths are still accepted (a folder is a file:// root); they are kept as text, as URIs are."""
+        return [str(v) for v in value] if isinstance(value, (list, tuple)) else value
 
     @model_validator(mode="after")
     def _complete(self) -> "SecurityConfig":

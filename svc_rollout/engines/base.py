@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from m1flow import chat, checkpoint
+from m1flow import chat, checkpoint, store
 from m1flow.contracts import events
 
 log = logging.getLogger(__name__)
@@ -64,13 +64,18 @@ class Engine(ABC):
         self.version = -1
         self.tokenizer: Any = None
         self.last_reload_s = 0.0
+        self.policies = store.PolicyCache()  # the service gives it its config and cache directory
 
     def load(self, policy: events.PolicyVersion) -> None:
         """Take the announced policy (checksum verified); only called with nothing in flight."""
         if self.in_flight():
             raise RuntimeError("a policy may only be loaded with no group in flight")
-        directory = checkpoint.path_of(policy.checkpoint_uri)
-        checkpoint.verify(directory, policy.sha256)
+        directory = self.policies.local(policy.checkpoint_uri)  # an s3 policy: downloaded into the cache
+        try:
+            checkpoint.verify(directory, policy.sha256)
+        except checkpoint.PolicyLoadError:
+            self.policies.discard(directory)  # a tampered or torn download is not kept for the next try
+            raise
         started = time.perf_counter()
         self._load(directory)
         self.last_reload_s = time.perf_counter() - started

@@ -1,0 +1,331 @@
+"""Where policies and learner checkpoints live: a directory (`file://`, a local disk or a shared
+ReadWriteMany volume, the default under the run directory) or an S3-compatible object store
+(`s3://bucket/prefix`), so a learner and a rollout fleet on different nodes meet without a shared
+file system.
+
+The layout is the same in both: `<root>/v000042/<the files of m1flow.checkpoint>`. A directory is
+written atomically (temp dir + rename, m1flow.checkpoint). An object store has no rename, so the
+learner writes the checkpoint into a local staging directory, uploads every file, and uploads
+`learner_state.json` last: a version is complete, for resuming and rotation, once that object
+exists, and it is announced on `policy` only after that. A reader downloads an s3 policy into a
+bounded local cache (the newest K) and loads it from there; the SHA-256 the announcement carries is
+checked on the downloaded files, and a copy that fails it is deleted, not kept.
+
+The object store client is obstore (one wheel, no Python dependencies, multipart and concurrent
+transfers in Rust), imported only when an s3:// URI is used: a laptop never loads it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlparse
+
+from m1flow import checkpoint
+from m1flow.store_config import StoreConfig
+
+log = logging.getLogger(__name__)
+SCHEMES = ("file", "s3")
+
+
+# ---- URIs ----------------------------------------------------------------------------------
+def scheme(uri: str | Path) -> str:
+    """'file' for a file:// URI or a plain path, else the URI's scheme (refused unless in SCHEMES)."""
+    parsed = urlparse(str(uri))
+    kind = parsed.scheme or "file"
+    if kind not in SCHEMES:
+        raise checkpoint.PolicyLoadError(f"unsupported checkpoint URI scheme {kind!r} in {uri}")
+    return kind
+
+
+def is_remote(uri: str | Path) -> bool:
+    return scheme(uri) != "file"
+
+
+def root_uri(root: str | Path) -> str:
+    """A checkpoint root as a normal URI: a path (relative ones from here) as file://, s3:// as given
+    without a trailing slash."""
+    if scheme(root) == "file":
+        return checkpoint.uri_for(checkpoint.path_of(root))
+    bucket, key = split_s3(str(root))
+    return f"s3://{bucket}/{key}".rstrip("/")
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """(bucket, key) of an s3:// URI; a key with empty, '.' or '..' segments is refused, since the
+    roots check compares segments and a store could resolve them."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise checkpoint.PolicyLoadError(f"not an s3://bucket/key URI: {uri}")
+    key = parsed.path.lstrip("/").rstrip("/")
+    if parsed.query or parsed.fragment or any(s in ("", ".", "..") for s in key.split("/") if key):
+        raise checkpoint.PolicyLoadError(f"refusing s3 URI with an unusual key: {uri}")
+    return parsed.netloc, key
+
+
+def child(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def within(uri: str, roots: list[str]) -> bool:
+    """Whether `uri` names a location under one of `roots` (normal URIs, see root_uri): a file path
+    after resolving symlinks and '..', an s3 key by whole segments in the same bucket."""
+    kind = scheme(uri)
+    if kind == "file":
+        where = checkpoint.path_of(uri).resolve()
+        for root in roots:
+            if scheme(root) == "file":
+                base = checkpoint.path_of(root)
+                if where == base or base in where.parents:
+                    return True
+        return False
+    bucket, key = split_s3(uri)
+    parts = key.split("/")
+    for root in roots:
+        if scheme(root) == "s3":
+            root_bucket, root_key = split_s3(root)
+            prefix = root_key.split("/") if root_key else []
+            if root_bucket == bucket and parts[:len(prefix)] == prefix:
+                return True
+    return False
+
+
+# ---- the object store ----------------------------------------------------------------------
+def _credentials(cfg: StoreConfig) -> dict[str, str]:
+    if cfg.credentials_file is None:
+        return {}
+    data = json.loads(Path(cfg.credentials_file).read_text())
+    return {"access_key_id": data["access_key_id"], "secret_access_key": data["secret_access_key"]}
+
+
+_clients: dict[tuple[str, str], Any] = {}
+
+
+def client(cfg: StoreConfig, bucket: str) -> Any:
+    """One obstore S3Store per (settings, bucket), reused: it holds the connection pool."""
+    key = (cfg.model_dump_json(), bucket)
+    if key not in _clients:
+        from obstore.store import S3Store
+
+        config: dict[str, Any] = {"region": cfg.region, "virtual_hosted_style_request": cfg.virtual_hosted,
+                                  **_credentials(cfg)}
+        if cfg.endpoint_url:
+            config["endpoint"] = cfg.endpoint_url
+        endpoint = cfg.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
+        _clients[key] = S3Store(bucket, config=config,
+                                client_options={"allow_http": endpoint.startswith("http://"),
+                                                "timeout": "300s", "connect_timeout": "10s"},
+                                retry_config={"max_retries": 5, "retry_timeout": timedelta(seconds=120),
+                                              "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                                          "max_backoff": timedelta(seconds=5), "base": 2}})
+    return _clients[key]
+
+
+def upload_file(cfg: StoreConfig, path: Path, uri: str) -> None:
+    import obstore
+
+    bucket, key = split_s3(uri)
+    size = path.stat().st_size
+    obstore.put(client(cfg, bucket), key, path, use_multipart=size > cfg.part_mb << 20,
+                chunk_size=cfg.part_mb << 20, max_concurrency=cfg.concurrency)
+
+
+def download_file(cfg: StoreConfig, uri: str, path: Path) -> None:
+    """Stream one object to `path` (ranges in parallel for a large one)."""
+    import obstore
+
+    bucket, key = split_s3(uri)
+    store = client(cfg, bucket)
+    part = cfg.part_mb << 20
+    size = obstore.head(store, key)["size"]
+    with open(path, "wb") as fh:
+        if size <= part:
+            for chunk in obstore.get(store, key).stream(min_chunk_size=1 << 20):
+                fh.write(chunk)
+            return
+        for first in range(0, size, part * cfg.concurrency):
+            starts = list(range(first, min(size, first + part * cfg.concurrency), part))
+            ends = [min(size, s + part) for s in starts]
+            for chunk in obstore.get_ranges(store, key, starts=starts, ends=ends):
+                fh.write(chunk)
+
+
+def list_keys(cfg: StoreConfig, root: str) -> list[dict[str, Any]]:
+    """Every object under root/ (path, size, last_modified)."""
+    import obstore
+
+    bucket, key = split_s3(root)
+    out: list[dict[str, Any]] = []
+    for batch in obstore.list(client(cfg, bucket), prefix=f"{key}/" if key else None):
+        out.extend(batch)
+    return out
+
+
+def delete_keys(cfg: StoreConfig, bucket: str, keys: list[str]) -> None:
+    import obstore
+
+    if keys:
+        obstore.delete(client(cfg, bucket), keys)
+
+
+def download_dir(cfg: StoreConfig, uri: str, dest: Path) -> Path:
+    """Copy the objects under `uri`/ into a fresh `dest` (written as a temp dir, then renamed)."""
+    bucket, key = split_s3(uri)
+    objects = list_keys(cfg, uri)
+    if not objects:
+        raise checkpoint.PolicyLoadError(f"no objects under {uri}")
+    tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for meta in objects:
+        rel = PurePosixPath(meta["path"]).relative_to(key)
+        if ".." in rel.parts:
+            raise checkpoint.PolicyLoadError(f"refusing object {meta['path']} under {uri}")
+        target = tmp.joinpath(*rel.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        download_file(cfg, f"s3://{bucket}/{meta['path']}", target)
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another process (a rank beside us) renamed its copy first: keep that one
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not dest.is_dir():
+            raise
+    return dest
+
+
+# ---- the learner's side --------------------------------------------------------------------
+@dataclass
+class Stored:
+    """A checkpoint as written or found: the URI it is announced by and a local copy of it."""
+
+    uri: str
+    directory: Path
+
+
+class CheckpointStore:
+    """The learner's checkpoints under one root URI: write (and rotate), find the newest complete one."""
+
+    def __init__(self, root: str | Path, cfg: StoreConfig | None = None, staging: Path | None = None) -> None:
+        self.root = root_uri(root)
+        self.cfg = cfg or StoreConfig()
+        self.remote = is_remote(self.root)
+        if self.remote and staging is None:
+            raise ValueError(f"an object-store checkpoint root ({self.root}) needs a local staging directory")
+        self.staging = Path(staging) if staging is not None else None
+
+    @property
+    def local_root(self) -> Path:
+        """Where checkpoints are written on this machine: the root itself, or the staging directory."""
+        return self.staging if self.remote else checkpoint.path_of(self.root)
+
+    def save(self, model: Any, tokenizer: Any, optimizer: Any, state: checkpoint.LearnerState, keep: int = 3,
+             grace_s: float = 60.0) -> tuple[Stored, str]:
+        """Write version `state.version`; return it and its weights' checksum. On s3 the staging copy
+        of only the newest stays (resuming downloads), and the remote ones rotate like a directory's."""
+        if not self.remote:
+            final, sha = checkpoint.save_checkpoint(self.local_root, model, tokenizer, optimizer, state,
+                                                    keep=keep, grace_s=grace_s)
+            return Stored(checkpoint.uri_for(final), final), sha
+        final, sha = checkpoint.save_checkpoint(self.local_root, model, tokenizer, optimizer, state,
+                                                keep=1, grace_s=0.0)
+        uri = child(self.root, final.name)
+        self.upload(final, uri)
+        self.rotate(keep, grace_s)
+        return Stored(uri, final), sha
+
+    def upload(self, directory: Path, uri: str) -> None:
+        """Every file of the checkpoint, learner_state.json last: its presence marks it complete."""
+        files = sorted(p for p in directory.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p.name == checkpoint.STATE_FILE)
+        for path in files:
+            upload_file(self.cfg, path, child(uri, path.relative_to(directory).as_posix()))
+
+    def _versions(self) -> dict[str, dict[str, Any]]:
+        """version dir name -> {"keys": [...], "done": last_modified of its state file or None}."""
+        _, key = split_s3(self.root)
+        versions: dict[str, dict[str, Any]] = {}
+        for meta in list_keys(self.cfg, self.root):
+            rel = meta["path"][len(key) + 1:] if key else meta["path"]
+            name, _, rest = rel.partition("/")
+            if not name.startswith("v") or not rest:
+                continue
+            entry = versions.setdefault(name, {"keys": [], "done": None})
+            entry["keys"].append(meta["path"])
+            if rest == checkpoint.STATE_FILE:
+                entry["done"] = meta["last_modified"].timestamp()
+        return versions
+
+    def rotate(self, keep: int, grace_s: float) -> list[str]:
+        """As m1flow.checkpoint.rotate: drop all but the newest `keep`, each only `grace_s` after its
+        successor was completed (a replica handed it may still be downloading)."""
+        versions = self._versions()
+        done = sorted(n for n, v in versions.items() if v["done"] is not None)
+        bucket, _ = split_s3(self.root)
+        now, removed = time.time(), []
+        for old, successor in zip(done[:-keep], done[1:]):
+            if now - versions[successor]["done"] >= grace_s:
+                keys = versions[old]["keys"]  # the state file last: a half-deleted one is incomplete
+                keys.sort(key=lambda k: k.endswith("/" + checkpoint.STATE_FILE))
+                delete_keys(self.cfg, bucket, keys)
+                removed.append(child(self.root, old))
+        return removed
+
+    def latest(self) -> Stored | None:
+        """The newest complete checkpoint (on s3: downloaded into staging to resume from), or None."""
+        if not self.remote:
+            found = checkpoint.latest(self.local_root)
+            return Stored(checkpoint.uri_for(found), found) if found is not None else None
+        done = sorted(n for n, v in self._versions().items() if v["done"] is not None)
+        if not done:
+            return None
+        uri = child(self.root, done[-1])
+        local = self.local_root / done[-1]
+        if checkpoint.latest(self.local_root) != local or not checkpoint.has_weights(local):
+            self.local_root.mkdir(parents=True, exist_ok=True)
+            download_dir(self.cfg, uri, local)
+        return Stored(uri, local)
+
+
+# ---- the readers' side ---------------------------------------------------------------------
+class PolicyCache:
+    """Local directories for announced policy URIs: a file:// one as it is; an s3:// one downloaded
+    once into `directory` (the newest `keep` kept)."""
+
+    def __init__(self, cfg: StoreConfig | None = None, directory: Path | None = None) -> None:
+        self.cfg = cfg or StoreConfig()
+        self.directory = Path(directory or self.cfg.cache_dir or Path("run") / "policy-cache")
+
+    def local(self, uri: str) -> Path:
+        if not is_remote(uri):
+            return checkpoint.path_of(uri)
+        bucket, key = split_s3(uri)
+        name = f"{PurePosixPath(key).name or bucket}-{hashlib.sha256(uri.encode()).hexdigest()[:12]}"
+        dest = self.directory / name
+        if not dest.is_dir():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            started = time.perf_counter()
+            download_dir(self.cfg, uri, dest)
+            log.info("downloaded %s into %s in %.2fs", uri, dest, time.perf_counter() - started)
+        os.utime(dest)
+        self.evict(keep_also=dest)
+        return dest
+
+    def discard(self, directory: Path) -> None:
+        """Forget a downloaded copy (its checksum did not match): the next try downloads again."""
+        if self.directory in Path(directory).parents:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def evict(self, keep_also: Path | None = None) -> list[Path]:
+        entries = sorted((p for p in self.directory.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+        removed = [p for p in entries[self.cfg.cache_keep:] if p != keep_also]
+        for path in removed:
+            shutil.rmtree(path, ignore_errors=True)
+        return removed
