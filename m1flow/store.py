@@ -138,23 +138,37 @@ def upload_file(cfg: StoreConfig, path: Path, uri: str) -> None:
 
 
 def download_file(cfg: StoreConfig, uri: str, path: Path) -> None:
-    """Stream one object to `path` (ranges in parallel for a large one)."""
+    """One object to `path`: a small one in one GET, a large one as `concurrency` ranged GETs in
+    flight at once, each written at its offset (a single stream is bound by one connection)."""
+    import asyncio
+
     import obstore
 
     bucket, key = split_s3(uri)
     store = client(cfg, bucket)
     part = cfg.part_mb << 20
     size = obstore.head(store, key)["size"]
-    with open(path, "wb") as fh:
-        if size <= part:
+    if size <= part:
+        with open(path, "wb") as fh:
             for chunk in obstore.get(store, key).stream(min_chunk_size=1 << 20):
                 fh.write(chunk)
-            return
-        for first in range(0, size, part * cfg.concurrency):
-            starts = list(range(first, min(size, first + part * cfg.concurrency), part))
-            ends = [min(size, s + part) for s in starts]
-            for chunk in obstore.get_ranges(store, key, starts=starts, ends=ends):
-                fh.write(chunk)
+        return
+
+    async def fetch(fd: int) -> None:
+        gate = asyncio.Semaphore(cfg.concurrency)
+
+        async def one(start: int) -> None:
+            async with gate:
+                data = await obstore.get_range_async(store, key, start=start, end=min(size, start + part))
+                await asyncio.to_thread(os.pwrite, fd, memoryview(data), start)
+        await asyncio.gather(*(one(start) for start in range(0, size, part)))
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        asyncio.run(fetch(fd))
+    finally:
+        os.close(fd)
 
 
 def list_keys(cfg: StoreConfig, root: str) -> list[dict[str, Any]]:
@@ -175,10 +189,11 @@ def delete_keys(cfg: StoreConfig, bucket: str, keys: list[str]) -> None:
         obstore.delete(client(cfg, bucket), keys)
 
 
-def download_dir(cfg: StoreConfig, uri: str, dest: Path) -> Path:
-    """Copy the objects under `uri`/ into a fresh `dest` (written as a temp dir, then renamed)."""
+def download_dir(cfg: StoreConfig, uri: str, dest: Path, skip: tuple[str, ...] = ()) -> Path:
+    """Copy the objects under `uri`/ (but those named in `skip`) into a fresh `dest` (written as a
+    temp dir, then renamed)."""
     bucket, key = split_s3(uri)
-    objects = list_keys(cfg, uri)
+    objects = [m for m in list_keys(cfg, uri) if PurePosixPath(m["path"]).name not in skip]
     if not objects:
         raise checkpoint.PolicyLoadError(f"no objects under {uri}")
     tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
@@ -311,7 +326,8 @@ class PolicyCache:
         if not dest.is_dir():
             self.directory.mkdir(parents=True, exist_ok=True)
             started = time.perf_counter()
-            download_dir(self.cfg, uri, dest)
+            # the optimizer's moments are twice the weights and no use to inference: not fetched
+            download_dir(self.cfg, uri, dest, skip=(checkpoint.OPTIMIZER_FILE,))
             log.info("downloaded %s into %s in %.2fs", uri, dest, time.perf_counter() - started)
         os.utime(dest)
         self.evict(keep_also=dest)
@@ -323,9 +339,11 @@ class PolicyCache:
             shutil.rmtree(directory, ignore_errors=True)
 
     def evict(self, keep_also: Path | None = None) -> list[Path]:
+        """Keep the newest `cache_keep` copies (by last use), and no temp dir a crash left (an hour old)."""
         entries = sorted((p for p in self.directory.iterdir() if p.is_dir() and not p.name.startswith(".")),
                          key=lambda p: p.stat().st_mtime, reverse=True)
         removed = [p for p in entries[self.cfg.cache_keep:] if p != keep_also]
+        removed += [p for p in self.directory.glob(".tmp-*") if time.time() - p.stat().st_mtime > 3600]
         for path in removed:
             shutil.rmtree(path, ignore_errors=True)
         return removed

@@ -90,6 +90,7 @@ def test_learner_writes_to_s3_and_a_rollout_loads_it_checked(s3_server, policy0:
     assert follower.load_if_due(engine) and engine.version == 1
     cached = list((tmp_path / "rollout-node" / "cache").iterdir())
     assert len(cached) == 1 and checkpoint.weights_sha256(cached[0]) == announced.sha256
+    assert not (cached[0] / checkpoint.OPTIMIZER_FILE).exists()  # inference needs no optimizer state
     for name, value in engine.model.state_dict().items():
         assert torch.equal(value, trainer.model.state_dict()[name].to(value.dtype)), name
 
