@@ -105,10 +105,10 @@ def bench_policy(file_root: Path, s3_cfg: StoreConfig, work: Path, rounds: int, 
                 drop_caches()
         read_s[side] = timed(read, rounds, fresh)
     size = dir_mb(written["file"].directory)
-    weights = sum(p.stat().st_size for p in checkpoint.weight_files(written["file"].directory)) / 2**20
-    label = f"demo policy ({weights:.1f} MB weights, {size:.1f} MB checkpoint)"
+    policy = dir_mb(next((work / "cache-s3").iterdir()))  # what a replica fetches: no optimizer state
+    label = f"demo policy ({size:.1f} MB checkpoint, {policy:.1f} MB without the optimizer)"
     rows.append((label, "learner write (save + publish)", size, write_s["file"], write_s["s3"]))
-    rows.append((label, "rollout read (fetch + sha256)", size, read_s["file"], read_s["s3"]))
+    rows.append((label, "rollout read (fetch + sha256)", policy, read_s["file"], read_s["s3"]))
     return rows
 
 

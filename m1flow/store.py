@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
@@ -98,11 +98,19 @@ def within(uri: str, roots: list[str]) -> bool:
 
 
 # ---- the object store ----------------------------------------------------------------------
-def _credentials(cfg: StoreConfig) -> dict[str, str]:
-    if cfg.credentials_file is None:
-        return {}
-    data = json.loads(Path(cfg.credentials_file).read_text())
-    return {"access_key_id": data["access_key_id"], "secret_access_key": data["secret_access_key"]}
+class FileCredentials:
+    """obstore's credential provider over a mounted secret (JSON: access_key_id, secret_access_key,
+    optional session_token), read again every few minutes so that a rotated secret takes effect
+    without a restart."""
+
+    def __init__(self, path: Path, refresh_s: float = 300.0) -> None:
+        self.path, self.refresh_s = Path(path), refresh_s
+
+    def __call__(self) -> dict[str, Any]:
+        data = json.loads(self.path.read_text())
+        return {"access_key_id": data["access_key_id"], "secret_access_key": data["secret_access_key"],
+                "token": data.get("session_token"),
+                "expires_at": datetime.now(timezone.utc) + timedelta(seconds=self.refresh_s)}
 
 
 _clients: dict[tuple[str, str], Any] = {}
@@ -114,14 +122,15 @@ def client(cfg: StoreConfig, bucket: str) -> Any:
     if key not in _clients:
         from obstore.store import S3Store
 
-        config: dict[str, Any] = {"region": cfg.region, "virtual_hosted_style_request": cfg.virtual_hosted,
-                                  **_credentials(cfg)}
+        config: dict[str, Any] = {"region": cfg.region, "virtual_hosted_style_request": cfg.virtual_hosted}
         if cfg.endpoint_url:
             config["endpoint"] = cfg.endpoint_url
         endpoint = cfg.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
         _clients[key] = S3Store(bucket, config=config,
                                 client_options={"allow_http": endpoint.startswith("http://"),
                                                 "timeout": "300s", "connect_timeout": "10s"},
+                                credential_provider=(FileCredentials(cfg.credentials_file)
+                                                     if cfg.credentials_file is not None else None),
                                 retry_config={"max_retries": 5, "retry_timeout": timedelta(seconds=120),
                                               "backoff": {"init_backoff": timedelta(milliseconds=100),
                                                           "max_backoff": timedelta(seconds=5), "base": 2}})
