@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
@@ -146,7 +147,7 @@ def upload_file(cfg: StoreConfig, path: Path, uri: str) -> None:
                 chunk_size=cfg.part_mb << 20, max_concurrency=cfg.concurrency)
 
 
-def download_file(cfg: StoreConfig, uri: str, path: Path) -> None:
+def download_file(cfg: StoreConfig, uri: str, path: Path, size: int | None = None) -> None:
     """One object to `path`: a small one in one GET, a large one as `concurrency` ranged GETs in
     flight at once, each written at its offset (a single stream is bound by one connection)."""
     import asyncio
@@ -156,7 +157,8 @@ def download_file(cfg: StoreConfig, uri: str, path: Path) -> None:
     bucket, key = split_s3(uri)
     store = client(cfg, bucket)
     part = cfg.part_mb << 20
-    size = obstore.head(store, key)["size"]
+    if size is None:
+        size = obstore.head(store, key)["size"]
     if size <= part:
         with open(path, "wb") as fh:
             for chunk in obstore.get(store, key).stream(min_chunk_size=1 << 20):
@@ -207,13 +209,19 @@ def download_dir(cfg: StoreConfig, uri: str, dest: Path, skip: tuple[str, ...] =
         raise checkpoint.PolicyLoadError(f"no objects under {uri}")
     tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    jobs = []
     for meta in objects:
         rel = PurePosixPath(meta["path"]).relative_to(key)
         if ".." in rel.parts:
             raise checkpoint.PolicyLoadError(f"refusing object {meta['path']} under {uri}")
         target = tmp.joinpath(*rel.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
-        download_file(cfg, f"s3://{bucket}/{meta['path']}", target)
+        jobs.append((f"s3://{bucket}/{meta['path']}", target, meta["size"]))
+    part = cfg.part_mb << 20
+    with ThreadPoolExecutor(cfg.concurrency) as pool:  # a policy is ~10 small files: their round trips overlap
+        list(pool.map(lambda job: download_file(cfg, *job), [j for j in jobs if j[2] <= part]))
+    for job in (j for j in jobs if j[2] > part):  # one shard at a time, its ranges in parallel: memory bounded
+        download_file(cfg, *job)
     shutil.rmtree(dest, ignore_errors=True)
     try:
         os.rename(tmp, dest)
@@ -267,8 +275,11 @@ class CheckpointStore:
     def upload(self, directory: Path, uri: str) -> None:
         """Every file of the checkpoint, learner_state.json last: its presence marks it complete."""
         files = sorted(p for p in directory.rglob("*") if p.is_file())
-        files.sort(key=lambda p: p.name == checkpoint.STATE_FILE)
-        for path in files:
+        last = [p for p in files if p.name == checkpoint.STATE_FILE]
+        with ThreadPoolExecutor(self.cfg.concurrency) as pool:
+            list(pool.map(lambda p: upload_file(self.cfg, p, child(uri, p.relative_to(directory).as_posix())),
+                          [p for p in files if p not in last]))
+        for path in last:  # only after every other file is there
             upload_file(self.cfg, path, child(uri, path.relative_to(directory).as_posix()))
 
     def _versions(self) -> dict[str, dict[str, Any]]:
