@@ -163,3 +163,22 @@ def test_a_missing_s3_policy_fails_to_load_and_sampling_goes_on(s3_server, tmp_p
     follower.announce(events.PolicyVersion(version=1, checkpoint_uri=f"s3://{s3_server.bucket}/nothing/v000001",
                                            sha256="0" * 64))
     assert not follower.load_if_due(engine) and follower.failures == 1 and engine.version == -1
+
+
+def test_credentials_from_the_aws_environment(s3_server, tmp_path: Path, monkeypatch) -> None:
+    """What the chart gives a pod: the keys as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (a Secret's
+    envFrom), only the endpoint in `store`; wrong keys are refused by the server."""
+    from tests.checkpoint.s3_fixtures import ACCESS, SECRET
+
+    src = tmp_path / "v1"
+    src.mkdir()
+    (src / checkpoint.STATE_FILE).write_text("{}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    cfg = store.StoreConfig(endpoint_url=s3_server.endpoint)
+    store.upload_file(cfg, src / checkpoint.STATE_FILE, f"s3://{s3_server.bucket}/env/v1/{checkpoint.STATE_FILE}")
+    assert objects(s3_server, "env/") == [f"env/v1/{checkpoint.STATE_FILE}"]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(Exception, match="(?i)signature|forbidden|403|access"):
+        store.upload_file(store.StoreConfig(endpoint_url=s3_server.endpoint, region="eu-west-1"),
+                          src / checkpoint.STATE_FILE, f"s3://{s3_server.bucket}/env/v2/x")
