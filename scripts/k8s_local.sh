@@ -202,21 +202,21 @@ dead_component() { # the first started component that exited, if any
 }
 
 wait_for() { # wait_for DESC SECONDS cmd...: poll once a second; fail at once if a component died
-  local desc=$1 t=$2 i dead; shift 2
-  for ((i = 0; i < t; i++)); do
-    if "$@" >/dev/null 2>&1; then log "$desc after ${i}s"; return 0; fi
+  local desc=$1 t=$2 start=$SECONDS dead; shift 2
+  while true; do
+    if "$@" >/dev/null 2>&1; then log "$desc after $((SECONDS - start))s"; return 0; fi
     dead=$(dead_component)
     if [[ -n $dead ]]; then log "$dead exited; its log ends:"; tail -20 "$LOGS/$dead.log" >&2; return 1; fi
+    ((SECONDS - start < t)) || { log "$desc: not after ${t}s"; return 1; }
     sleep 1
   done
-  log "$desc: not after ${t}s"; return 1
 }
 
 make_pki() {
   [[ -f $PKI/sa.pub ]] && return
   mkdir -p "$PKI"
   (cd "$PKI"
-   local ssl="openssl"
+   ssl=openssl
    $ssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=m1flow-test-ca" 2>/dev/null
    $ssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n' >apiserver.ext
