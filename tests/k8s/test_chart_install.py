@@ -12,6 +12,7 @@ kwok pods become Ready without running an image.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -55,8 +56,10 @@ def release(kube):
     kube.kubectl("create", "namespace", NS)
     kube.kubectl("apply", "-f", "-", input=json.dumps(RUN_PV))
     try:
+        start = time.monotonic()
         kube.helm("install", "m1flow", str(CHART), "--namespace", NS, *set_args(VALUES),
                   "--wait", "--timeout", "10m", timeout=900)
+        print(f"helm install --wait: {time.monotonic() - start:.1f}s to every workload ready")
         yield kube
     finally:
         kube.helm("uninstall", "m1flow", "--namespace", NS, "--wait", check=False, timeout=600)
@@ -121,20 +124,50 @@ def test_rollout_past_the_gpus_leaves_a_pod_pending(release):
     kube.kubectl("-n", NS, "scale", "statefulset/m1flow-rollout", "--replicas=2")
 
 
-def test_the_server_validates_every_object_the_defaults_render(kube):
-    """--dry-run=server of the default render: the JobSet, Kafka, KafkaNodePool, KafkaTopics and
+SERVER_CASES = {
+    "defaults": ({}, ("jobset.jobset.x-k8s.io", "kafka.kafka.strimzi.io", "kafkanodepool.kafka.strimzi.io",
+                      "kafkatopic.kafka.strimzi.io", "scaledobject.keda.sh", "statefulset.apps", "deployment.apps",
+                      "poddisruptionbudget.policy", "persistentvolumeclaim", "job.batch", "configmap", "service")),
+    "s3 store, a source": ({"checkpoints.store": "s3", "checkpoints.s3.uri": "s3://ckpt/run",
+                            "checkpoints.s3.credentialsSecret": "s3-creds", "learner.nodes": 3,
+                            "source.sources": [{"name": "arith", "generator": "arith"}]},
+                           ("jobset.jobset.x-k8s.io", "statefulset.apps")),
+    "external Kafka, Indexed Jobs, no autoscaling": (
+        {"kafka.mode": "external", "kafka.external.bootstrap": "kafka.example:9092", "learner.kind": "Job",
+         "rollout.autoscaling.enabled": False, "reward.autoscaling.enabled": False,
+         "sandbox.autoscaling.enabled": False}, ("job.batch", "statefulset.apps")),
+}
+
+
+@pytest.mark.parametrize("case", list(SERVER_CASES))
+def test_the_server_validates_every_object_the_chart_renders(kube, case):
+    """--dry-run=server of the render: the JobSet, Kafka, KafkaNodePool, KafkaTopics and
     ScaledObjects against their CRDs' schemas and CEL rules, and the core objects (GPU request ==
     limit, probes, PDBs) against the API server's own validation."""
     from tests.k8s.chart import helm_binary
-    manifest = template(helm_binary(), namespace=NS).stdout
-    kube.kubectl("create", "namespace", NS, check=False)
-    out = kube.kubectl("apply", "--dry-run=server", "-n", NS, "-f", "-", input=manifest)
+    values, expected = SERVER_CASES[case]
+    ns = f"m1flow-dry-{list(SERVER_CASES).index(case)}"  # empty: every object is a create, none a patch of the release
+    manifest = template(helm_binary(), values, namespace=ns).stdout
+    kube.kubectl("create", "namespace", ns, check=False)
+    try:
+        out = kube.kubectl("apply", "--dry-run=server", "-n", ns, "-f", "-", input=manifest)
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     kinds = {line.split("/")[0] for line in out.stdout.splitlines() if "/" in line}
-    for kind in ("jobset.jobset.x-k8s.io", "kafka.kafka.strimzi.io", "kafkanodepool.kafka.strimzi.io",
-                 "kafkatopic.kafka.strimzi.io", "scaledobject.keda.sh", "statefulset.apps", "deployment.apps",
-                 "poddisruptionbudget.policy", "persistentvolumeclaim", "job.batch", "configmap", "service"):
+    for kind in expected:
         assert kind in kinds, (kind, out.stdout)
-    # and a value the schema cannot catch but the server does: a CR field of the wrong shape
-    bad = manifest.replace("partitions: 4", "partitions: \"four\"", 1)
-    refused = kube.kubectl("apply", "--dry-run=server", "-n", NS, "-f", "-", input=bad, check=False)
+    assert len(out.stdout.splitlines()) == manifest.count("\nkind: "), out.stdout
+
+
+def test_the_server_refuses_a_cr_of_the_wrong_shape(kube):
+    """What the chart's schema cannot see once rendered, the CRD's does: a KafkaTopic's partitions as a string."""
+    from tests.k8s.chart import helm_binary
+    ns = "m1flow-dry-bad"
+    manifest = template(helm_binary(), namespace=ns).stdout
+    kube.kubectl("create", "namespace", ns, check=False)
+    try:
+        bad = manifest.replace("partitions: 4", "partitions: \"four\"", 1)
+        refused = kube.kubectl("apply", "--dry-run=server", "-n", ns, "-f", "-", input=bad, check=False)
+    finally:
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     assert refused.returncode != 0 and "partitions" in refused.stderr, refused.stderr

@@ -8,6 +8,7 @@ Needs only a helm binary (tests/k8s/chart.py finds or builds one), no cluster.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 
 import pytest
@@ -243,13 +244,15 @@ def test_checkpoint_store_file_or_s3(helm, default):
     assert {"name": "run", "persistentVolumeClaim": {"claimName": "m1flow-run"}} in leader["volumes"]
 
     s3 = objects(helm, {"checkpoints.store": "s3", "checkpoints.s3.uri": "s3://ckpt/run1",
-                        "checkpoints.s3.endpoint": "http://minio:9000", "checkpoints.s3.credentialsSecret": "s3-creds"})
+                        "checkpoints.s3.endpoint": "http://minio:9000", "checkpoints.s3.credentialsSecret": "s3-creds",
+                        "checkpoints.s3.store": {"virtual_hosted": False}})
     (jobset,) = by_kind(s3, "JobSet").values()
     for spec in (jobset_pods(jobset)["leader"]["spec"], jobset_pods(jobset)["worker"]["spec"],
                  pod_spec(workloads(s3)["rollout"])):
         env = env_of(spec)
         assert env["M1FLOW_CHECKPOINT_URI"] == "s3://ckpt/run1" and env["AWS_ENDPOINT_URL"] == "http://minio:9000"
         assert {"secretRef": {"name": "s3-creds"}} in container(spec)["envFrom"]
+        assert json.loads(env["M1FLOW_STORE"]) == {"endpoint_url": "http://minio:9000", "virtual_hosted": False}
 
 
 def test_the_service_settings_are_the_files_that_compose_reads(default):

@@ -84,6 +84,14 @@ learner: {health: m1flow.v1.LearnerService, group: m1flow-learner, topic: scored
 - name: AWS_REGION
   value: {{ . | quote }}
 {{- end }}
+{{- /* the services' `store:` block (m1flow/store_config.py): endpoint, region, and any further keys */ -}}
+{{- $store := deepCopy (.Values.checkpoints.s3.store | default dict) -}}
+{{- with .Values.checkpoints.s3.endpoint }}{{ $_ := set $store "endpoint_url" . }}{{ end -}}
+{{- with .Values.checkpoints.s3.region }}{{ $_ := set $store "region" . }}{{ end -}}
+{{- if $store }}
+- name: M1FLOW_STORE
+  value: {{ $store | toJson | quote }}
+{{- end }}
 {{- else }}
 - name: M1FLOW_CHECKPOINT_URI
   value: {{ printf "file://%s" .Values.checkpoints.path | quote }}
