@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell bash scripts/env.sh)
 PY = PYTHONPATH=$(CURDIR) $(VENV)/bin/python
 
-.PHONY: setup docker s3 proto demo test test-fast up cluster cluster-down clean
+.PHONY: setup docker k8s s3 proto demo test test-fast up cluster cluster-down clean
 
 setup:
 	bash scripts/system_deps.sh
@@ -20,6 +20,13 @@ docker:
 	@bash scripts/docker_engine.sh || [ $$? -eq 3 ]
 	@bash scripts/docker_images.sh >/dev/null || [ $$? -eq 3 ]
 
+# The Kubernetes test tier's binaries (etcd, kube-apiserver, controller-manager, scheduler, kubectl,
+# kwok, helm) built from Go modules and the CRDs, cached under ~/.cache/m1flow/k8s: about 15 to 20
+# min the first time on 2 cores, seconds after (docs/deploy.md). tests/k8s starts the cluster. A
+# machine without Go goes on without it (exit 3): those tests then skip with the reason.
+k8s:
+	@bash scripts/k8s_local.sh build crds || [ $$? -eq 3 ]
+
 # The S3-compatible server of the object-store checkpoint tests and bench (s3s-fs from crates.io,
 # built once and cached under ~/.cache/m1flow/s3). Without cargo those tests skip, saying so; a
 # failed build does not stop the other tests: the tests that need it fail with the build log's tail.
@@ -33,7 +40,7 @@ demo: setup
 	$(PY) -m m1flow demo --minutes $${MINUTES:-4}
 
 # The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.
-test: setup docker s3
+test: setup docker k8s s3
 	@export M1FLOW_SANDBOX_BASE="$${M1FLOW_SANDBOX_BASE:-$$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

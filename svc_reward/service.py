@@ -12,11 +12,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import grpc
-from kafka.errors import KafkaError
 from prometheus_client import Counter
 
 from m1flow.bus import Context, Record
 from m1flow.bus.topics import CONTROL, ROLLOUTS, SCORED
+from m1flow.bus.clients import ClientError
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
@@ -46,7 +46,7 @@ class ControlFollower:
     def apply(self, ctx: Context) -> None:
         try:
             commands = self.watcher.poll()
-        except KafkaError as exc:  # a broker hiccup must not stop scoring; the next tick reads on
+        except ClientError as exc:  # a broker hiccup must not stop scoring; the next tick reads on
             log.warning("reading control failed, will retry: %s", exc)
             return
         for command in commands:
@@ -151,7 +151,8 @@ class RewardService(Service):
         control = None
         if not self.config.replaying:  # a replay re-scores with the settings it starts with
             cfg = self.config
-            watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch")
+            watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch",
+                                   group_id=self.group_id, client=cfg.kafka_client)
             control = ControlFollower(watcher, self.registry, cfg.replica)
         self.handler = GroupHandler(self.registry, self.config, control)
         self.stream = self.worker(self.handler)

@@ -16,11 +16,11 @@ from concurrent.futures import Future
 
 import grpc
 import torch
-from kafka.errors import KafkaError
 
 from m1flow import chat, store
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
+from m1flow.bus.clients import ClientError
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy_follower import PolicyFollower
@@ -111,7 +111,8 @@ class RolloutService(Service):
 
     def start(self) -> None:
         cfg = self.config
-        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch")
+        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
+                                    group_id=self.group_id, client=cfg.kafka_client)
         backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
@@ -132,7 +133,7 @@ class RolloutService(Service):
             try:
                 self.apply(self.watcher.catch_up())
                 return
-            except (TimeoutError, KafkaError) as exc:
+            except (TimeoutError, ClientError) as exc:
                 log.warning("reading `policy` and `control` to their end failed, retrying: %s", exc)
 
     # ---- policy and control ----------------------------------------------------------------

@@ -24,6 +24,7 @@ from kafka.errors import KafkaError
 from m1flow.bus import Producer, codec
 from m1flow.bus.lag import GroupLag
 from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, PROMPTS, SCORED, SOURCE_STATE
+from m1flow.bus.clients import ClientError
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 from m1flow.data.dataset import open_source
@@ -119,7 +120,8 @@ class SourceService(Service):
         self.skip = published_since(cfg.bootstrap, self._topic(PROMPTS.name), self.state_key, self.draws, cfg.scan_back)
         log.info("resuming at draw %s (%s); %s draws past it already on `prompts`", self.draws,
                  ", ".join(f"{c.name} e{c.epoch}@{c.position}/{c.n}" for c in self.cursors), len(self.skip))
-        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"source-{cfg.replica}-watch")
+        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"source-{cfg.replica}-watch",
+                                    group_id=self.group_id, client=cfg.kafka_client)
         replaying = bool(cfg.output_suffix)
         if replaying:
             self.schedule = self._original_schedule()
@@ -159,7 +161,7 @@ class SourceService(Service):
         while not self.stop.is_set():
             try:
                 return load_states(self.config.bootstrap, topic, self.state_key)
-            except (TimeoutError, KafkaError) as exc:
+            except (TimeoutError, ClientError) as exc:
                 log.warning("reading `%s` failed, retrying: %s", topic, exc)
         return {}
 
@@ -375,7 +377,7 @@ class SourceService(Service):
                 room = self.lead.room()
                 n = self.config.publish_batch if room is None else min(room, self.config.publish_batch)
                 published = self.publish(n) if n > 0 else self.window.settle()
-            except KafkaError as exc:  # the broker is away: the state is unchanged until a batch is acked
+            except (KafkaError, ClientError) as exc:  # the broker is away: the state is unchanged until a batch is acked
                 log.warning("publishing failed, retrying: %s", exc)
                 published, n = 0, 0
                 self.stop.wait(1.0)

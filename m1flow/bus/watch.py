@@ -1,10 +1,17 @@
-"""Follow small state topics (`policy`, `control`) from their beginning without a consumer group.
+"""Follow small state topics (`policy`, `control`) from their beginning without joining a group.
 
 Every replica must see every policy announcement and control command, so these are read by
 assignment, not by a group that would split partitions between replicas. Replaying the whole
 topic on start rebuilds the current state (the newest policy, the current window, paused or not);
-`catch_up` reads up to the end the topic had when the watcher started, however many polls that
-takes, so the state is the newest one and not whatever the first poll happened to return.
+`catch_up` reads up to the end the topic had when it was called, however many polls that takes,
+so the state is the newest one and not whatever the first poll happened to return.
+
+Why through `clients.Consumer` (librdkafka by default): a rollout replica polls its watcher between
+every engine step. kafka-python does its fetching in Python, on the caller's thread and its own
+network thread: py-spy put the watcher at 40-50% of svc_rollout's CPU in `bench/pipeline.py`,
+where librdkafka fetches in C threads and a poll that finds nothing costs microseconds. The group
+id is never joined and nothing is committed under it: librdkafka requires one, and under ACLs it is
+the service's own group, which the service may describe (docs/security.md).
 """
 from __future__ import annotations
 
@@ -12,41 +19,55 @@ import logging
 import time
 
 from google.protobuf.message import Message
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition
 
 from m1flow.bus import codec
+from m1flow.bus.clients import TP, Client, ClientError, Settings, consumer
 from m1flow.bus.topics import TopicSpec
-from m1flow.security.config import SecurityConfig, kafka_python as kafka_security
+from m1flow.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
 
+class WatchError(ClientError):
+    """A poll that failed in the client (broker away, a transport error); the next poll reads on."""
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    from confluent_kafka import KafkaException
+    from kafka.errors import KafkaError
+
+    return ClientError, KafkaException, KafkaError
+
+
 class TopicWatcher:
     def __init__(self, bootstrap: str, topics: tuple[TopicSpec, ...], client_id: str,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, group_id: str | None = None,
+                 client: Client = "confluent-kafka") -> None:
         self.specs = {t.name: t for t in topics}
-        self.consumer = KafkaConsumer(**kafka_security(security), bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
-                                      enable_auto_commit=False, fetch_max_wait_ms=50,
-                                      reconnect_backoff_max_ms=2000)
-        parts = []
-        for spec in topics:
-            partitions = self.consumer.partitions_for_topic(spec.name) or set(range(spec.partitions))
-            parts += [TopicPartition(spec.name, p) for p in sorted(partitions)]
-        self.consumer.assign(parts)
-        self.consumer.seek_to_beginning(*parts)
-        self.parts = parts
+        self.consumer = consumer(client, Settings(
+            bootstrap=bootstrap, group_id=group_id or f"{client_id}-unjoined", client_id=client_id,
+            group_instance_id=None, session_timeout_ms=45_000, max_poll_interval_ms=3_600_000,
+            max_poll_records=500, security=security))
+        self.parts: list[TP] = [(spec.name, p) for spec in topics
+                                for p in sorted(self.consumer.partitions_for_topic(spec.name)
+                                                or range(spec.partitions))]
+        self.consumer.assign({tp: None for tp in self.parts})
+        self._next: dict[TP, int] = {}  # the offset after the last record read, per partition
 
     def poll(self, timeout_ms: int = 0) -> list[Message]:
         """Messages that arrived since the last poll, oldest first; undecodable ones are logged and skipped."""
         out: list[Message] = []
-        batches = self.consumer.poll(timeout_ms=timeout_ms, max_records=500)
-        for tp, records in batches.items():
+        try:
+            fetched = self.consumer.poll(timeout_ms, 500)
+        except _client_errors() as exc:
+            raise WatchError(f"polling {', '.join(self.specs)}: {exc}") from exc
+        for (topic, partition), records in fetched.items():
             for rec in records:
+                self._next[(topic, partition)] = rec.offset + 1
                 try:
-                    out.append(codec.decode(rec.value, self.specs[tp.topic].value_type))
+                    out.append(codec.decode(rec.value, self.specs[topic].value_type))
                 except codec.CodecError as exc:
-                    log.warning("skipping undecodable %s/%s@%s: %s", tp.topic, tp.partition, rec.offset, exc)
+                    log.warning("skipping undecodable %s/%s@%s: %s", topic, partition, rec.offset, exc)
         out.sort(key=lambda m: m.header.created_unix_ms)
         return out
 
@@ -56,16 +77,34 @@ class TopicWatcher:
         Raises TimeoutError if the end is not reached in time (broker away): the caller decides
         whether to wait longer; returning a partial history would pick a stale state.
         """
-        ends = self.consumer.end_offsets(self.parts)
         deadline = time.monotonic() + timeout_s
+        ends = self._ends(deadline, timeout_s)
         out: list[Message] = []
-        while any(self.consumer.position(tp) < end for tp, end in ends.items()):
+        while behind := self._behind(ends):
             if time.monotonic() > deadline:
-                behind = {f"{tp.topic}/{tp.partition}": end - self.consumer.position(tp) for tp, end in ends.items()}
                 raise TimeoutError(f"state topics not read to their end within {timeout_s:.0f}s: {behind}")
             out += self.poll(timeout_ms=200)
         out.sort(key=lambda m: m.header.created_unix_ms)
         return out
+
+    def _ends(self, deadline: float, timeout_s: float) -> dict[TP, int]:
+        """The end of each partition that has records (an empty one is read by definition)."""
+        while True:
+            try:
+                parts = set(self.parts)
+                begins, ends = self.consumer.begin_offsets(parts), self.consumer.end_offsets(parts)
+                return {tp: end for tp, end in ends.items() if end > begins[tp]}
+            except ClientError as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"state topics' ends unknown within {timeout_s:.0f}s: {exc}") from exc
+                time.sleep(0.5)
+
+    def _behind(self, ends: dict[TP, int]) -> dict[str, int]:
+        """Records left to read per partition. The last record of a partition is its end - 1 even
+        when compacted (compaction keeps the newest record of each key) and no producer of these
+        topics is transactional (no trailing markers), so the last offset read is the measure."""
+        return {f"{t}/{p}": end - self._next.get((t, p), 0) for (t, p), end in ends.items()
+                if self._next.get((t, p), 0) < end}
 
     def close(self) -> None:
         self.consumer.close()

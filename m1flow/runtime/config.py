@@ -53,6 +53,9 @@ class ServiceConfig(BaseModel):
     log_json: bool = True
     exit_unhealthy_after_s: float = Field(0.0, ge=0, description="exit, for the container engine to restart it, "
                                           "after this long unhealthy having been healthy; 0: never")
+    stop_grace_s: float = Field(20.0, ge=0, description="after SIGTERM, exit this long later even if in-flight "
+                                "work is not committed (it is replayed); below the pod's "
+                                "terminationGracePeriodSeconds (30 s default) and compose's stop_grace_period; 0: wait")
     security: SecurityConfig = Field(default_factory=SecurityConfig,
                                      description="TLS identity for Kafka (off: plaintext, as on a laptop)")
     store: StoreConfig = Field(default_factory=StoreConfig,

@@ -21,6 +21,7 @@ from m1flow.bus.liveness import Health
 from m1flow.bus.worker import Handler, StreamWorker
 from m1flow.runtime import health, logs
 from m1flow.runtime.config import ServiceConfig
+from m1flow.runtime.stop_bound import StopBound
 from m1flow.runtime.stuck_exit import StuckExit
 from m1flow.security import config as security
 
@@ -79,8 +80,14 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
         raise SystemExit(f"svc_{cls.name}: invalid settings: {errors}") from None
     logs.setup(cls.name, config.replica, config.log_level, config.log_json)
     service = cls(config)
-    signal.signal(signal.SIGTERM, lambda *_: service.stop.set())
-    signal.signal(signal.SIGINT, lambda *_: service.stop.set())
+    bound = StopBound(config.stop_grace_s)
+
+    def request_stop(*_: object) -> None:
+        service.stop.set()
+        bound.arm()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     security.activate(config.security)
     if cls.uses_kafka and not config.security.enabled:  # secure: topics are the operator's (no CREATE right)
         ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)

@@ -1,8 +1,15 @@
-"""Per-run cgroups (v1) under our own cgroup: memory, pids, CPU quota, and the run's CPU time.
+"""Per-run cgroups (v1) under our own cgroup: memory, pids, CPU quota, and the run's CPU time; and
+the counters of a container's cgroup, read the same way (v1 or v2).
 
 Why cgroups beside rlimits: rlimits count per process, so N forked processes would get N times
 the budget; a run's cgroup holds every process of it, so its memory, process count and CPU time
 are the run's total.
+
+Why a container's counters are read here too: the Docker engine's stats API publishes about once a
+second (a `one-shot` call waits for the next sample), so a run of N busy processes metered through
+it passes its CPU limit by up to N CPU seconds. Where the engine runs on this host (the container's
+init is a process here and its cgroup names the container), `RunCgroup.of_container` reads the
+cgroup's own counters instead: exact at each read and cheap enough to poll every few milliseconds.
 """
 from __future__ import annotations
 
@@ -17,13 +24,24 @@ from pathlib import Path
 from svc_sandbox.api import Limits
 
 
+ROOT = Path("/sys/fs/cgroup")
+PROC = Path("/proc")
+UNIFIED = ""  # the controller name /proc/<pid>/cgroup gives the cgroup v2 hierarchy ("0::/path")
+
+
+def cgroup_paths(pid: int | str = "self", proc: Path = PROC) -> dict[str, str]:
+    """A process's cgroup path per controller, from /proc/<pid>/cgroup (v1 lines and the v2 line)."""
+    paths: dict[str, str] = {}
+    for line in (proc / str(pid) / "cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for name in names.split(",") if names else [UNIFIED]:
+            paths[name] = path
+    return paths
+
+
 def _own_cgroup_dirs(controllers: Sequence[str]) -> dict[str, Path]:
     """Directory of this process's cgroup for each cgroup v1 controller that is mounted."""
-    own: dict[str, str] = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        for name in names.split(","):
-            own[name] = path
+    own = cgroup_paths()
     found: dict[str, Path] = {}
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
@@ -39,10 +57,41 @@ def _own_cgroup_dirs(controllers: Sequence[str]) -> dict[str, Path]:
 
 
 class RunCgroup:
-    """The memory, pids, cpu and cpuacct cgroups of one run."""
+    """The memory, pids, cpu and cpuacct cgroups of one run (v1), or a container's (v1 or v2)."""
 
     def __init__(self, dirs: dict[str, Path]):
         self.dirs = dirs
+
+    @classmethod
+    def of_container(cls, container_id: str, pid: int, root: Path = ROOT, proc: Path = PROC) -> "RunCgroup | None":
+        """The cgroup of the container whose init is `pid` here, or None where its counters cannot
+        be read (the engine is elsewhere: a socket proxy, a VM; or the pid is not the container's)."""
+        try:
+            paths = cgroup_paths(pid, proc) if pid > 0 else {}
+        except OSError:
+            return None
+        if container_id not in paths.get("cpuacct", paths.get(UNIFIED, "")):
+            return None
+        if "cpuacct" in paths and "memory" in paths:
+            group = cls({c: root / c / paths[c].lstrip("/") for c in ("cpuacct", "memory")})
+        else:
+            group = cls({UNIFIED: root / paths[UNIFIED].lstrip("/")})
+        try:
+            group.usage()
+        except (OSError, ValueError, KeyError):
+            return None
+        return group
+
+    def usage(self) -> tuple[float, int]:
+        """(CPU seconds, memory peak in bytes) of all the cgroup's processes together; raises
+        OSError once the cgroup is gone (the caller's sign that the run is over)."""
+        if UNIFIED in self.dirs:
+            group = self.dirs[UNIFIED]
+            stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
+            peak = group / "memory.peak"  # kernels before 5.19 have only memory.current
+            return int(stat["usage_usec"]) / 1e6, int((peak if peak.exists() else group / "memory.current").read_text())
+        return (int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9,
+                int((self.dirs["memory"] / "memory.max_usage_in_bytes").read_text()))
 
     @property
     def procs_files(self) -> list[str]:

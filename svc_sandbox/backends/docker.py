@@ -5,7 +5,7 @@ memory/CPU/pids limits, no capabilities, no-new-privileges, the engine's default
 rlimits for CPU time, file size and open files, and the engine's init (tini) as PID 1, so the
 program is an ordinary process that gets SIGXCPU at its CPU limit and whose orphans are reaped.
 The rlimit is per process, so a run that forks N busy processes would get N budgets: the
-container's CPU time, read while it runs from its cgroup (backends/cgroup.py; the engine's stats
+container's CPU time, read while it runs from its cgroup (backends/cgroups.py; the engine's stats
 where the engine is not on this host), is the run's total, and the run is killed when that total
 reaches the limit.
 Files and stdin travel as one tar archive on the container's stdin (the work dir is a tmpfs,
@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from svc_sandbox.api import MB, ExecResult, Limits
 from svc_sandbox.backends.base import (WORK_DIR, BoundedOutput, Cancel, RunOutcome, UidPool, UidRange,
                                        announce_start, classify)
-from svc_sandbox.backends.cgroup import CgroupStats
+from svc_sandbox.backends.cgroups import RunCgroup
 
 _STDIN_FILE = ".m1flow-stdin"
 SANDBOX_LABEL = "m1flow.sandbox"  # on every run container: what the socket proxy lets us touch
@@ -204,7 +204,7 @@ class _RunMeter:
         import docker
         try:
             self.container.reload()
-            cgroup = CgroupStats.of(self.container.id, int(self.container.attrs["State"].get("Pid") or 0))
+            cgroup = RunCgroup.of_container(self.container.id, int(self.container.attrs["State"].get("Pid") or 0))
         except (docker.errors.DockerException, OSError):
             cgroup = None
         if cgroup is not None:
@@ -212,7 +212,7 @@ class _RunMeter:
             self.source = f"from the run's cgroup every {self.poll_s}s"
         while not self._stop.is_set():
             try:
-                cpu, memory = cgroup.read() if cgroup is not None else self._engine_stats()
+                cpu, memory = cgroup.usage() if cgroup is not None else self._engine_stats()
             except (docker.errors.DockerException, OSError, ValueError):
                 return  # the container is gone: the run is over
             self.cpu, self.memory_peak = max(self.cpu, cpu), max(self.memory_peak, memory)

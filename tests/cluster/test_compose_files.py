@@ -79,6 +79,20 @@ def test_every_replica_derives_its_own_index_and_exits_when_stuck(compose):
     assert all(compose["services"][name]["restart"] == "unless-stopped" for name in SERVICES)
 
 
+def test_every_service_gets_the_settings_file_the_helm_chart_reads(compose):
+    """One source of truth: compose's shared settings are deploy/helm/m1flow/files/service.env
+    (env_file), which the chart's ConfigMap loads too (tests/k8s/test_chart_render.py)."""
+    from tests.k8s.chart import service_env
+    shared = service_env()
+    assert shared, "files/service.env is empty"
+    for name in (*SERVICES, "policy0"):
+        environment = compose["services"][name]["environment"]
+        assert {key: environment.get(key) for key in shared} == shared, name
+    # a host variable still overrides what the file marks ${NAME:-default}
+    got = config("docker-compose.yml", M1FLOW_EXIT_UNHEALTHY_AFTER_S="300")
+    assert got["services"]["svc_reward"]["environment"]["M1FLOW_EXIT_UNHEALTHY_AFTER_S"] == "300"
+
+
 def test_gpu_override_reserves_gpus_for_rollout_and_learner_only(docker_engine):
     got = config("docker-compose.yml", "docker-compose.gpu.yml", M1FLOW_ROLLOUT_GPUS="2")
     reserved = {name: s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from svc_sandbox.backends.cgroup import CgroupStats
+from svc_sandbox.backends.cgroups import RunCgroup
 
 CID = "c1962a3661a4301a1d2cc0399c248298a727c25cde9679ab5a04d6acd3d48635"
 V1 = "".join(f"{i}:{c}:/docker/{CID}\n" for i, c in enumerate(["cpu", "cpuacct", "cpuset", "memory", "pids"]))
@@ -19,10 +19,10 @@ def test_v1_reads_cpuacct_and_the_memory_peak(tmp_path):
     write(tmp_path / "proc/42/cgroup", V1 + f"0::/docker/{CID}\n")
     write(tmp_path / f"cg/cpuacct/docker/{CID}/cpuacct.usage", "2500000000\n")
     write(tmp_path / f"cg/memory/docker/{CID}/memory.max_usage_in_bytes", "4317184\n")
-    stats = CgroupStats.of(CID, 42, root=tmp_path / "cg", proc=tmp_path / "proc")
-    assert stats is not None and stats.read() == (2.5, 4317184)
+    stats = RunCgroup.of_container(CID, 42, root=tmp_path / "cg", proc=tmp_path / "proc")
+    assert stats is not None and stats.usage() == (2.5, 4317184)
     (tmp_path / f"cg/cpuacct/docker/{CID}/cpuacct.usage").write_text("2600000000\n")
-    assert stats.read()[0] == 2.6  # each read is the counter now
+    assert stats.usage()[0] == 2.6  # each read is the counter now
 
 
 def test_v2_reads_cpu_stat_usage_and_memory_peak(tmp_path):
@@ -31,14 +31,14 @@ def test_v2_reads_cpu_stat_usage_and_memory_peak(tmp_path):
     write(group / "cpu.stat", "usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n")
     write(group / "memory.peak", "1048576\n")
     write(group / "memory.current", "4096\n")
-    stats = CgroupStats.of(CID, 7, root=tmp_path / "cg", proc=tmp_path / "proc")
-    assert stats is not None and stats.read() == (1.25, 1048576)
+    stats = RunCgroup.of_container(CID, 7, root=tmp_path / "cg", proc=tmp_path / "proc")
+    assert stats is not None and stats.usage() == (1.25, 1048576)
 
 
 def test_declines_another_containers_or_a_missing_process(tmp_path):
     write(tmp_path / "proc/42/cgroup", V1.replace(CID, "f" * 64))
-    assert CgroupStats.of(CID, 42, root=tmp_path / "cg", proc=tmp_path / "proc") is None  # a remote engine's pid
-    assert CgroupStats.of(CID, 43, root=tmp_path / "cg", proc=tmp_path / "proc") is None
-    assert CgroupStats.of(CID, 0, root=tmp_path / "cg", proc=tmp_path / "proc") is None
+    assert RunCgroup.of_container(CID, 42, root=tmp_path / "cg", proc=tmp_path / "proc") is None  # a remote engine's pid
+    assert RunCgroup.of_container(CID, 43, root=tmp_path / "cg", proc=tmp_path / "proc") is None
+    assert RunCgroup.of_container(CID, 0, root=tmp_path / "cg", proc=tmp_path / "proc") is None
     write(tmp_path / "proc/44/cgroup", V1)  # the process is the container's, its counters unreadable
-    assert CgroupStats.of(CID, 44, root=tmp_path / "cg", proc=tmp_path / "proc") is None
+    assert RunCgroup.of_container(CID, 44, root=tmp_path / "cg", proc=tmp_path / "proc") is None

@@ -1,0 +1,198 @@
+{{/* Names, labels and the facts about each service the templates share. */}}
+
+{{- define "m1flow.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "m1flow.labels" -}}
+app.kubernetes.io/name: m1flow
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one service: (dict "root" $ "name" "reward") */}}
+{{- define "m1flow.selector" -}}
+app.kubernetes.io/name: m1flow
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{- define "m1flow.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{/*
+What the code fixes about each service (m1flow/ops/services.py; the health names are what each
+service's register() returns, m1flow/runtime/health.py sets them and "" SERVING together; the
+consumer groups are Service.group_id's default, m1flow-<name>; the topics each consumes).
+*/}}
+{{- define "m1flow.facts" -}}
+source: {health: "", group: m1flow-source, topic: "", kind: StatefulSet, pool: cpu}
+rollout: {health: m1flow.v1.RolloutService, group: m1flow-rollout, topic: prompts, kind: StatefulSet, pool: gpu}
+reward: {health: m1flow.v1.RewardService, group: m1flow-reward, topic: rollouts, kind: StatefulSet, pool: cpu}
+sandbox: {health: m1flow.v1.SandboxService, group: "", topic: "", kind: Deployment, pool: cpu}
+monitor: {health: m1flow.v1.MonitorService, group: m1flow-monitor, topic: "", kind: StatefulSet, pool: cpu}
+learner: {health: m1flow.v1.LearnerService, group: m1flow-learner, topic: scored, kind: Job, pool: gpu}
+{{- end -}}
+
+{{- define "m1flow.kafkaCluster" -}}
+{{- .Values.kafka.strimzi.clusterName | default (printf "%s-kafka" (include "m1flow.fullname" .)) -}}
+{{- end -}}
+
+{{- define "m1flow.bootstrap" -}}
+{{- if eq .Values.kafka.mode "external" -}}
+{{- required "kafka.mode is external: set kafka.external.bootstrap to the cluster's host:port (e.g. kafka-bootstrap.kafka.svc:9092)" .Values.kafka.external.bootstrap -}}
+{{- else -}}
+{{- printf "%s-kafka-bootstrap:9092" (include "m1flow.kafkaCluster" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* M1FLOW_TOPICS: the layout services create missing topics with, the same as the KafkaTopics. */}}
+{{- define "m1flow.topicsJson" -}}
+{{- dict "partitions" .Values.kafka.topics.partitions "replication_factor" .Values.kafka.topics.replicationFactor | toJson -}}
+{{- end -}}
+
+{{/* The sandbox's address for the reward service. */}}
+{{- define "m1flow.sandboxAddress" -}}
+{{ include "m1flow.fullname" . }}-sandbox:50051
+{{- end -}}
+
+{{/* env entries from a `settings` map: M1FLOW_<KEY>=value (maps and lists as JSON). */}}
+{{- define "m1flow.settingsEnv" -}}
+{{- range $key, $value := . }}
+- name: {{ printf "M1FLOW_%s" ($key | upper) }}
+  value: {{ if or (kindIs "map" $value) (kindIs "slice" $value) }}{{ $value | toJson | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
+{{- end }}
+{{- end -}}
+
+{{/* The checkpoint store's env, for the pods that write or read checkpoints (learner, rollout). */}}
+{{- define "m1flow.checkpointEnv" -}}
+{{- if eq .Values.checkpoints.store "s3" }}
+- name: M1FLOW_CHECKPOINT_URI
+  value: {{ .Values.checkpoints.s3.uri | quote }}
+{{- with .Values.checkpoints.s3.endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.checkpoints.s3.region }}
+- name: AWS_REGION
+  value: {{ . | quote }}
+{{- end }}
+{{- /* the services' `store:` block (m1flow/store_config.py): endpoint, region, and any further keys */ -}}
+{{- $store := deepCopy (.Values.checkpoints.s3.store | default dict) -}}
+{{- with .Values.checkpoints.s3.endpoint }}{{ $_ := set $store "endpoint_url" . }}{{ end -}}
+{{- with .Values.checkpoints.s3.region }}{{ $_ := set $store "region" . }}{{ end -}}
+{{- if $store }}
+- name: M1FLOW_STORE
+  value: {{ $store | toJson | quote }}
+{{- end }}
+{{- else }}
+- name: M1FLOW_CHECKPOINT_URI
+  value: {{ printf "file://%s" .Values.checkpoints.path | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "m1flow.checkpointEnvFrom" -}}
+{{- if eq .Values.checkpoints.store "s3" }}
+- secretRef:
+    name: {{ .Values.checkpoints.s3.credentialsSecret }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling of a pool: (dict "root" $ "pool" "gpu") -> nodeSelector and tolerations */}}
+{{- define "m1flow.placement" -}}
+{{- $pool := get .root.Values.nodes .pool -}}
+{{- with $pool.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $pool.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* topologySpreadConstraints with the service's own pods as the label selector. */}}
+{{- define "m1flow.spread" -}}
+{{- $selector := include "m1flow.selector" (dict "root" .root "name" .name) | fromYaml -}}
+{{- with .constraints }}
+topologySpreadConstraints:
+{{- range . }}
+  - {{ merge (dict "labelSelector" (dict "matchLabels" $selector)) . | toJson }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Native gRPC probes on the service's port, asking for its registered health name. */}}
+{{- define "m1flow.probes" -}}
+{{- $grpc := dict "port" 50051 -}}
+{{- if .health }}{{- $_ := set $grpc "service" .health -}}{{- end -}}
+{{- $p := .root.Values.probes -}}
+startupProbe:
+  grpc: {{ $grpc | toJson }}
+  {{- toYaml $p.startup | nindent 2 }}
+readinessProbe:
+  grpc: {{ $grpc | toJson }}
+  {{- toYaml $p.readiness | nindent 2 }}
+livenessProbe:
+  grpc: {{ $grpc | toJson }}
+  {{- toYaml $p.liveness | nindent 2 }}
+{{- end -}}
+
+{{/* The run volume and /dev/shm: volumes (dict "root" $ "shm" .shm) */}}
+{{- define "m1flow.volumes" -}}
+- name: run
+{{- if .root.Values.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ .root.Values.persistence.existingClaim | default (printf "%s-run" (include "m1flow.fullname" .root)) }}
+{{- else }}
+  emptyDir: {}
+{{- end }}
+{{- if and .shm .shm.enabled }}
+- name: shm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .shm.sizeLimit }}
+{{- end }}
+{{- end -}}
+
+{{- define "m1flow.volumeMounts" -}}
+- {name: run, mountPath: /data/run}
+{{- if and .shm .shm.enabled }}
+- {name: shm, mountPath: /dev/shm}
+{{- end }}
+{{- end -}}
+
+{{/* GPU resources: requests == limits for nvidia.com/gpu (the API server requires it). */}}
+{{- define "m1flow.resources" -}}
+{{- $res := deepCopy (.resources | default dict) -}}
+{{- if .gpus -}}
+{{- $req := get $res "requests" | default dict -}}
+{{- $lim := get $res "limits" | default dict -}}
+{{- $_ := set $req "nvidia.com/gpu" (int .gpus) -}}
+{{- $_ := set $lim "nvidia.com/gpu" (int .gpus) -}}
+{{- $_ := set $res "requests" $req -}}
+{{- $_ := set $res "limits" $lim -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/* The command every service runs, as compose gives it. */}}
+{{- define "m1flow.serviceArgs" -}}
+- --bootstrap
+- {{ include "m1flow.bootstrap" .root | quote }}
+- --run-id
+- {{ .root.Values.runId | quote }}
+- --run-dir
+- /data/run
+- --grpc-port
+- "50051"
+- --metrics-port
+- "9100"
+{{- end -}}

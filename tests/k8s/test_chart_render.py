@@ -1,0 +1,310 @@
+"""The Helm chart rendered (`helm template`, `helm lint`) and read back as objects: every workload,
+its pool, GPUs, probes, /dev/shm, the learner's torchrun rendezvous, Kafka's topics against the
+code's topic table, KEDA's bounds against the partitions, the shared settings file, and the values
+that must not render (each with its message) or that the schema refuses.
+
+Needs only a helm binary (tests/k8s/chart.py finds or builds one), no cluster.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+
+import pytest
+
+from m1flow.bus.topics import ALL_TOPICS
+from m1flow.ops import ROOT
+from m1flow.ops.services import SERVICES
+from m1flow.runtime.service import Service
+from tests.k8s.chart import CHART, by_kind, helm_binary, jobset_pods, objects, pod_spec, service_env, template
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return helm_binary()
+
+
+@pytest.fixture(scope="module")
+def default(helm) -> list[dict]:
+    return objects(helm)
+
+
+@pytest.fixture(scope="module")
+def with_source(helm) -> list[dict]:
+    return objects(helm, {"source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+
+
+def registered_health_names() -> dict[str, str]:
+    """What each service's register() returns (the names health.set_serving marks SERVING), read
+    from the code: the probe must ask for exactly these."""
+    names = {}
+    for svc in SERVICES:
+        tree = ast.parse((ROOT / svc.module / "service.py").read_text())
+        names[svc.name] = ""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "register":
+                returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+                assert len(returned) == 1 and isinstance(returned[0], ast.List), svc.name
+                names[svc.name] = returned[0].elts[0].value
+    return names
+
+
+def group_of(name: str) -> str:
+    """The consumer group the code gives a service (Service.group_id with no group_id set)."""
+    class Stand:  # only what the property reads
+        config = type("C", (), {"group_id": ""})()
+    Stand.name = name
+    return Service.group_id.fget(Stand())
+
+
+def workloads(docs: list[dict]) -> dict[str, dict]:
+    """Service name -> its Deployment or StatefulSet."""
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet")}
+
+
+def container(spec: dict) -> dict:
+    return spec["containers"][0]
+
+
+def env_of(spec: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container(spec).get("env", [])}
+
+
+def test_lint_passes(helm):
+    for extra in ([], ["--set-json", 'source.sources=[{"name": "arith", "generator": "arith"}]']):
+        out = subprocess.run([helm, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_service_has_its_workload_and_the_learner_a_jobset(default, with_source):
+    assert set(workloads(default)) == {"rollout", "reward", "sandbox", "monitor"}  # no sources: no source
+    got = workloads(with_source)
+    assert set(got) == {s.name for s in SERVICES} - {"learner"}
+    # Kafka consumers need distinct stable replica indexes (static membership): StatefulSets
+    assert {n: w["kind"] for n, w in got.items()} == {
+        "source": "StatefulSet", "rollout": "StatefulSet", "reward": "StatefulSet", "monitor": "StatefulSet",
+        "sandbox": "Deployment"}
+    for name, w in got.items():
+        c = container(pod_spec(w))
+        assert c["command"] == ["python", "-m", f"svc_{name}"]
+        assert c["args"][:2] == ["--bootstrap", "m1flow-kafka-kafka-bootstrap:9092"]
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"], name
+        assert c["envFrom"][0]["configMapRef"]["name"] == "m1flow-service-env"
+    reward_args = container(pod_spec(got["reward"]))["args"]
+    assert reward_args[reward_args.index("--sandbox-address") + 1] == "m1flow-sandbox:50051"
+    assert by_kind(default, "Service")["m1flow-sandbox"]["spec"]["ports"][0]["port"] == 50051
+    (jobset,) = by_kind(default, "JobSet").values()
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert [rj["name"] for rj in jobset["spec"]["replicatedJobs"]] == ["leader", "worker"]
+
+
+def test_gpu_roles_on_gpu_nodes_with_requests_equal_to_limits(default):
+    got = workloads(default)
+    rollout = pod_spec(got["rollout"])
+    res = container(rollout)["resources"]
+    assert res["requests"][GPU] == res["limits"][GPU] == 4
+    assert rollout["nodeSelector"] == {"m1flow.io/pool": "gpu"}
+    assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in rollout["tolerations"]
+    for name in ("reward", "sandbox", "monitor"):
+        spec = pod_spec(got[name])
+        assert spec["nodeSelector"] == {"m1flow.io/pool": "cpu"}, name
+        assert GPU not in container(spec)["resources"].get("limits", {}), name
+        assert not spec.get("tolerations"), name
+    (jobset,) = by_kind(default, "JobSet").values()
+    for role, pod in jobset_pods(jobset).items():
+        res = container(pod["spec"])["resources"]
+        assert res["requests"][GPU] == res["limits"][GPU] == 4, role
+        assert pod["spec"]["nodeSelector"] == {"m1flow.io/pool": "gpu"}
+        spread = pod["spec"]["topologySpreadConstraints"][0]
+        assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "DoNotSchedule"
+        assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "learner"
+
+
+def test_grpc_probes_ask_for_the_names_the_services_register(with_source):
+    names = registered_health_names()
+    assert names["rollout"] == "m1flow.v1.RolloutService" and names["source"] == ""
+    for name, w in workloads(with_source).items():
+        c = container(pod_spec(w))
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            grpc = c[probe]["grpc"]
+            assert grpc["port"] == 50051, (name, probe)
+            assert grpc.get("service", "") == names[name], (name, probe)
+    (jobset,) = by_kind(with_source, "JobSet").values()
+    pods = jobset_pods(jobset)
+    leader = container(pods["leader"]["spec"])
+    assert leader["readinessProbe"]["grpc"] == {"port": 50051, "service": names["learner"]}
+    assert "readinessProbe" not in container(pods["worker"]["spec"])  # ranks > 0 serve no gRPC
+
+
+def test_shm_is_a_memory_volume_of_the_configured_size(helm):
+    docs = objects(helm, {"rollout.shm.sizeLimit": "8Gi", "learner.shm.sizeLimit": "32Gi"})
+    rollout = pod_spec(workloads(docs)["rollout"])
+    (jobset,) = by_kind(docs, "JobSet").values()
+    for spec, size in [(rollout, "8Gi"), *((p["spec"], "32Gi") for p in jobset_pods(jobset).values())]:
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
+        assert {"name": "shm", "mountPath": "/dev/shm"} in container(spec)["volumeMounts"]
+    off = objects(helm, {"rollout.shm.enabled": False})
+    assert "shm" not in {v["name"] for v in pod_spec(workloads(off)["rollout"])["volumes"]}
+
+
+def test_learner_torchrun_rendezvous_at_the_leaders_stable_name(helm, default):
+    (jobset,) = by_kind(default, "JobSet").values()
+    assert jobset["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": "m1flow-learner",
+                                         "publishNotReadyAddresses": True}
+    assert "startupPolicy" not in jobset["spec"]  # InOrder would wait for a leader that waits for the ranks
+    pods = jobset_pods(jobset)
+    master = "m1flow-learner-leader-0-0.m1flow-learner.m1flow.svc"  # <jobset>-<rjob>-<job>-<pod>.<subdomain>
+    for role, rank in (("leader", "0"), ("worker", "$((JOB_COMPLETION_INDEX + 1))")):
+        c = container(pods[role]["spec"])
+        cmd = c["args"][0]
+        for part in ("--nnodes=2", "--nproc-per-node=4", f"--node-rank={rank}", f"--master-addr={master}",
+                     "--master-port=29500", "-m svc_learner", "--init-checkpoint /data/run/policy0"):
+            assert part in cmd, (role, part, cmd)
+        assert env_of(pods[role]["spec"])["MASTER_ADDR"] == master
+    worker_job = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]
+    assert worker_job["completions"] == worker_job["parallelism"] == 1 and worker_job["completionMode"] == "Indexed"
+
+    jobs = objects(helm, {"learner.kind": "Job", "learner.nodes": 3})
+    assert not by_kind(jobs, "JobSet")
+    got = by_kind(jobs, "Job")
+    assert got["m1flow-learner-worker"]["spec"]["completions"] == 2
+    leader = got["m1flow-learner-leader"]["spec"]["template"]["spec"]
+    assert leader["subdomain"] == "m1flow-learner"
+    assert "--master-addr=m1flow-learner-leader-0.m1flow-learner.m1flow.svc" in container(leader)["args"][0]
+    headless = by_kind(jobs, "Service")["m1flow-learner"]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+
+
+def test_kafka_topics_follow_the_codes_topic_table(helm, default):
+    topics = {t["spec"]["topicName"]: t for t in by_kind(default, "KafkaTopic").values()}
+    assert set(topics) == {spec.name for spec in ALL_TOPICS}
+    for spec in ALL_TOPICS:
+        got = topics[spec.name]
+        assert got["spec"]["partitions"] == spec.partitions and got["spec"]["replicas"] == 3, spec.name
+        assert (got["spec"].get("config", {}).get("cleanup.policy") == "compact") == spec.compacted, spec.name
+        assert got["metadata"]["name"] == spec.name.replace("_", "-")
+        for key, value in spec.config.items():
+            assert got["spec"]["config"][key] == value
+    (pool,) = by_kind(default, "KafkaNodePool").values()
+    assert pool["spec"]["replicas"] == 3 and pool["spec"]["roles"] == ["controller", "broker"]
+    (kafka,) = by_kind(default, "Kafka").values()
+    assert kafka["apiVersion"] == "kafka.strimzi.io/v1"
+    assert pool["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"] == "m1flow-kafka"
+    assert kafka["spec"]["kafka"]["config"]["auto.create.topics.enable"] is False
+    layout = by_kind(default, "ConfigMap")["m1flow-service-env"]["data"]["M1FLOW_TOPICS"]
+    from m1flow.bus.topics import TopicLayout
+    parsed = TopicLayout.model_validate_json(layout)  # what the services themselves read
+    assert parsed.replication_factor == 3 and parsed.partitions["prompts"] == 4
+
+    external = objects(helm, {"kafka.mode": "external", "kafka.external.bootstrap": "kafka.example:9092"})
+    assert not [d for d in external if d["apiVersion"].startswith("kafka.strimzi.io")]
+    for w in workloads(external).values():
+        assert container(pod_spec(w))["args"][1] == "kafka.example:9092"
+    assert all(so["spec"]["triggers"][0]["metadata"]["bootstrapServers"] == "kafka.example:9092"
+               for so in by_kind(external, "ScaledObject").values() if so["spec"]["triggers"][0]["type"] == "kafka")
+
+
+def test_keda_scales_consumer_groups_on_lag_within_the_partitions(default):
+    objs = by_kind(default, "ScaledObject")
+    partitions = {spec.name: spec.partitions for spec in ALL_TOPICS}
+    for name, topic in (("rollout", "prompts"), ("reward", "rollouts")):
+        so = objs[f"m1flow-{name}"]["spec"]
+        assert so["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": f"m1flow-{name}"}
+        (trigger,) = so["triggers"]
+        assert trigger["type"] == "kafka"
+        assert trigger["metadata"]["consumerGroup"] == group_of(name)  # m1flow-rollout, as the code names it
+        assert trigger["metadata"]["topic"] == topic
+        assert int(trigger["metadata"]["lagThreshold"]) > 0
+        assert so["maxReplicaCount"] <= partitions[topic]
+        assert so["cooldownPeriod"] > 0
+    rollout = objs["m1flow-rollout"]["spec"]
+    assert rollout["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 300
+    sandbox = objs["m1flow-sandbox"]["spec"]
+    assert sandbox["scaleTargetRef"]["kind"] == "Deployment" and sandbox["triggers"][0]["type"] == "cpu"
+
+
+def test_disruption_budgets(default):
+    pdbs = by_kind(default, "PodDisruptionBudget")
+    assert {"m1flow-rollout", "m1flow-reward", "m1flow-sandbox", "m1flow-learner"} <= set(pdbs)
+    assert pdbs["m1flow-learner"]["spec"]["minAvailable"] == 2  # every rank
+    assert pdbs["m1flow-rollout"]["spec"]["maxUnavailable"] == 1
+
+
+def test_checkpoint_store_file_or_s3(helm, default):
+    (jobset,) = by_kind(default, "JobSet").values()
+    leader = jobset_pods(jobset)["leader"]["spec"]
+    assert env_of(leader)["M1FLOW_CHECKPOINT_URI"] == "file:///data/run/learner/checkpoints"
+    pvc = by_kind(default, "PersistentVolumeClaim")["m1flow-run"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert {"name": "run", "persistentVolumeClaim": {"claimName": "m1flow-run"}} in leader["volumes"]
+
+    s3 = objects(helm, {"checkpoints.store": "s3", "checkpoints.s3.uri": "s3://ckpt/run1",
+                        "checkpoints.s3.endpoint": "http://minio:9000", "checkpoints.s3.credentialsSecret": "s3-creds",
+                        "checkpoints.s3.store": {"virtual_hosted": False}})
+    (jobset,) = by_kind(s3, "JobSet").values()
+    for spec in (jobset_pods(jobset)["leader"]["spec"], jobset_pods(jobset)["worker"]["spec"],
+                 pod_spec(workloads(s3)["rollout"])):
+        env = env_of(spec)
+        assert env["M1FLOW_CHECKPOINT_URI"] == "s3://ckpt/run1" and env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+        assert {"secretRef": {"name": "s3-creds"}} in container(spec)["envFrom"]
+        assert json.loads(env["M1FLOW_STORE"]) == {"endpoint_url": "http://minio:9000", "virtual_hosted": False}
+
+
+def test_the_service_settings_are_the_files_that_compose_reads(default):
+    """One source of truth: the chart's ConfigMap is files/service.env, which docker-compose.yml
+    reads as env_file (tests/cluster/test_compose_files.py checks compose's side)."""
+    data = by_kind(default, "ConfigMap")["m1flow-service-env"]["data"]
+    shared = service_env()
+    assert {k: v for k, v in data.items() if k != "M1FLOW_TOPICS"} == shared
+    assert shared["M1FLOW_EXIT_UNHEALTHY_AFTER_S"] == "120" and shared["M1FLOW_REPLICA"] == "auto"
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert "./deploy/helm/m1flow/files/service.env" in compose
+
+
+def test_source_gets_its_config_only_when_given(with_source):
+    cm = by_kind(with_source, "ConfigMap")["m1flow-source"]
+    assert "generator: arith" in cm["data"]["source.yaml"]
+    args = container(pod_spec(workloads(with_source)["source"]))["args"]
+    assert args[-2:] == ["--config", "/config/source.yaml"]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"rollout.autoscaling.maxReplicaCount": 8},
+     "rollout.autoscaling.maxReplicaCount (8) exceeds the partitions of its topic prompts (kafka.topics.partitions.prompts = 4)"),
+    ({"reward.autoscaling.maxReplicaCount": 4, "kafka.topics.partitions.rollouts": 2},
+     "reward.autoscaling.maxReplicaCount (4) exceeds the partitions of its topic rollouts (kafka.topics.partitions.rollouts = 2)"),
+    ({"rollout.autoscaling.enabled": False, "rollout.replicas": 5},
+     "rollout.replicas (5) exceeds the partitions of its topic prompts"),
+    ({"rollout.gpus": 16}, "rollout.gpus (16) exceeds nodes.gpusPerNode (8)"),
+    ({"learner.gpusPerNode": 9}, "learner.gpusPerNode (9) exceeds nodes.gpusPerNode (8)"),
+    ({"checkpoints.store": "s3", "checkpoints.s3.uri": "s3://b/p"},
+     "checkpoints.store is s3 but checkpoints.s3.credentialsSecret is empty"),
+    ({"kafka.mode": "external"}, "kafka.mode is external: set kafka.external.bootstrap"),
+    ({"kafka.topics.replicationFactor": 3, "kafka.strimzi.replicas": 1},
+     "kafka.topics.replicationFactor (3) exceeds the brokers (kafka.strimzi.replicas = 1)"),
+    ({"learner.batchGroups": 2}, "learner.batchGroups (2) cannot feed 8 ranks"),
+])
+def test_values_that_cannot_work_fail_to_render(helm, values, message):
+    out = template(helm, values, check=False)
+    assert out.returncode != 0, f"rendered although it cannot work: {values}"
+    assert message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("values, where", [
+    ({"rollout.gpus": "four"}, "rollout"),
+    ({"kafka.topics.partitions.prompts": "many"}, "prompts"),
+    ({"learner.kind": "Deployment"}, "kind"),
+    ({"nodes.gpusPerNode": 0}, "gpusPerNode"),
+    ({"rollout.autoscaling.lagThreshold": 1.5}, "lagThreshold"),
+    ({"checkpoints.store": "gcs"}, "store"),
+    ({"rollout.gpu": 2}, "gpu"),  # a misspelt key is refused, not ignored
+])
+def test_schema_refuses_wrong_types(helm, values, where):
+    out = template(helm, values, check=False)
+    assert out.returncode != 0, f"rendered with {values}"
+    assert "schema" in out.stderr.lower() and where in out.stderr, out.stderr
