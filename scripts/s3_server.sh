@@ -78,7 +78,7 @@ down() {
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
     fi
-    rm -f "$pidfile"
+    rm -f "$pidfile" "$state/$port.log"
   done
 }
 
