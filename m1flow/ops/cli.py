@@ -338,6 +338,8 @@ def parser() -> argparse.ArgumentParser:
 
     from m1flow.ops.cluster import add_parser as add_cluster_parser
     add_cluster_parser(sub)
+    from m1flow.ops.kube import add_parser as add_kube_parser
+    add_kube_parser(sub)
     return p
 
 

@@ -12,14 +12,15 @@ kwok pods become Ready without running an image.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tests.k8s.chart import CHART, set_args, template
 
-pytest.importorskip("tests.k8s.kube", reason="the k8s tier (tests/k8s/conftest.py, its `kube` fixture) is not in this tree")
-from tests.k8s.kube import until  # noqa: E402
+from tests.k8s.kube import until
 
 NS = "m1flow-chart"
 STORAGE_CLASS = "m1flow-chart-rwx"
@@ -171,3 +172,32 @@ def test_the_server_refuses_a_cr_of_the_wrong_shape(kube):
     finally:
         kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     assert refused.returncode != 0 and "partitions" in refused.stderr, refused.stderr
+
+
+def m1flow_kube(kube, *args: str) -> subprocess.CompletedProcess:
+    from m1flow.ops import ROOT
+
+    return subprocess.run([sys.executable, "-m", "m1flow", "kube", *args, "--namespace", NS,
+                           "--kubeconfig", str(kube.kubeconfig)], env=kube.env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_m1flow_kube_status_is_a_table_of_the_releases_pods(release):
+    kube = release
+    out = m1flow_kube(kube, "status")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
+    by_pod = {row[1]: row for row in rows}
+    for pod in pods(kube):
+        name = pod["metadata"]["name"]
+        assert name in by_pod, f"{name} missing from:\n{out.stdout}"
+        role, _, node = by_pod[name][:3]
+        assert role == pod["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert node == pod["spec"].get("nodeName", "-")
+    assert any(row[0] == "rollout" and row[2].startswith("gpu-node-") for row in rows), out.stdout
+
+
+def test_m1flow_kube_render_fails_with_the_charts_message(kube):
+    out = m1flow_kube(kube, "render", "--set", "rollout.gpus=16")
+    assert out.returncode == 1
+    assert "rollout.gpus (16) exceeds nodes.gpusPerNode (8)" in out.stderr, out.stderr
