@@ -177,24 +177,21 @@ class KafkaPythonConsumer:
         return self._c.position(TopicPartition(*partition))
 
     def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
-        from kafka.errors import KafkaError
-        from kafka.structs import TopicPartition
-
-        try:
-            ends = self._c.end_offsets([TopicPartition(*tp) for tp in partitions])
-        except KafkaError as exc:
-            raise ClientError(str(exc)) from exc
-        return {(tp.topic, tp.partition): off for tp, off in ends.items()}
+        return self._list_offsets(self._c.end_offsets, partitions)
 
     def begin_offsets(self, partitions: set[TP]) -> dict[TP, int]:
+        return self._list_offsets(self._c.beginning_offsets, partitions)
+
+    @staticmethod
+    def _list_offsets(lookup: Callable, partitions: set[TP]) -> dict[TP, int]:
         from kafka.errors import KafkaError
         from kafka.structs import TopicPartition
 
         try:
-            begins = self._c.beginning_offsets([TopicPartition(*tp) for tp in partitions])
+            found = lookup([TopicPartition(*tp) for tp in partitions])
         except KafkaError as exc:
             raise ClientError(str(exc)) from exc
-        return {(tp.topic, tp.partition): off for tp, off in begins.items()}
+        return {(tp.topic, tp.partition): off for tp, off in found.items()}
 
     def commit(self, offsets: dict[TP, int]) -> None:
         from kafka.errors import KafkaError

@@ -136,7 +136,9 @@ class StreamWorker:
         # records taken per poll: enough that the partitions' backlogs fill and can be served in turn
         self.poll_records = max(max_records, 64)
         self.client_id = client_id or service
-        self.producer = producer or Producer(bootstrap, self.client_id, suffix=output_suffix)
+        # the outputs go through the same client as the inputs: kafka-python's sender thread and
+        # flush were a third of a rollout replica's CPU in py-spy (bench/pipeline.py)
+        self.producer = producer or Producer(bootstrap, self.client_id, suffix=output_suffix, client=client)
         self._tracker = OffsetTracker()
         self.seen = SeenIds()
         self.stats = {"handled": 0, "dead_lettered": 0, "duplicates": 0, "commits": 0}
