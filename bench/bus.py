@@ -14,7 +14,14 @@ The bare side keeps kafka-python's other defaults (16 KB producer batches, 1 MB 
 fetches, 500 records per poll); the bus uses its own settings (m1flow/bus/producer.py, worker.py).
 Each side first joins its consumer group on the empty topic, then produces N messages (timed),
 then consumes them all (timed). "e2e" is N over both phases.
+
+Secure mode (`--modes plain secure`, the default runs both, one broker each, in the same run): the
+broker of `m1flow up --secure` (TLS listeners with client certificates, m1flow/security/pki.py) and
+every client of both sides over TLS as its super user `admin` (no ACL is consulted for a super user,
+so this prices the encryption and the handshakes, not the authorizer). Issue 22's target: secure at
+least 0.7x plaintext end to end.
 Run: PYTHONPATH=. python bench/bus.py [--messages N] [--rounds 3] [--kb 64] [--max-records N] [--profile]
+     [--modes plain secure]
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from m1flow.bus.topics import ROLLOUTS, TopicSpec
 from m1flow.bus.worker import Context
 from m1flow.contracts import events
 from m1flow.kafka import Broker
+from m1flow.security import config as security
 
 GROUPS = 64  # distinct keys, so every partition of the topic gets traffic
 CLIENTS = {"bus-kp": "kafka-python", "bus-ck": "confluent-kafka"}
@@ -134,9 +142,10 @@ def run_bus(bootstrap: str, topic: TopicSpec, template: events.Rollout, n: int,
 
 def run_bare(bootstrap: str, topic: TopicSpec, value: bytes, n: int) -> tuple[float, float]:
     """(produce seconds, consume seconds) through kafka-python with the bus's delivery guarantees."""
-    consumer = KafkaConsumer(topic.name, bootstrap_servers=bootstrap, group_id=f"bench-{topic.name}",
-                             enable_auto_commit=False, auto_offset_reset="earliest")
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
+    consumer = KafkaConsumer(topic.name, **security.kafka_python(), bootstrap_servers=bootstrap,
+                             group_id=f"bench-{topic.name}", enable_auto_commit=False, auto_offset_reset="earliest")
+    producer = KafkaProducer(**security.kafka_python(), bootstrap_servers=bootstrap, acks="all",
+                             enable_idempotence=True, linger_ms=5)
     seen = 0
     try:
         _until(lambda: bool(consumer.assignment()), lambda: consumer.poll(timeout_ms=200), JOIN_TIMEOUT_S,
@@ -165,14 +174,16 @@ def run_bare(bootstrap: str, topic: TopicSpec, value: bytes, n: int) -> tuple[fl
 
 
 def measure(messages: int, rounds: int, kb: int, profile: bool = False,
-            worker_options: dict[str, int] | None = None) -> list[Result]:
-    """Alternate bus and bare for `rounds` rounds on one fresh broker; one Result per side, phase, round."""
+            worker_options: dict[str, int] | None = None, secure: bool = False) -> list[Result]:
+    """Alternate bus and bare for `rounds` rounds on one fresh broker (TLS with client certificates
+    when `secure`); one Result per side, phase, round."""
     template = rollout(kb * 1024)
     value = codec.encode(template)
     results: list[Result] = []
     profiler = cProfile.Profile() if profile else None
     with tempfile.TemporaryDirectory(prefix="m1flow-bench-bus-") as run_dir:
-        broker = Broker(run_dir)
+        broker = Broker(f"{run_dir}/kafka", secrets=f"{run_dir}/secrets" if secure else None)
+        security.activate(broker.admin_security)  # every client of this run: plaintext, or TLS as admin
         try:
             bootstrap = broker.start()
             for r in range(rounds):
@@ -194,6 +205,7 @@ def measure(messages: int, rounds: int, kb: int, profile: bool = False,
                         results.append(Result(side, phase, messages, seconds, len(value)))
         finally:
             broker.stop()
+            security.activate(security.SecurityConfig())
     if profiler:
         stats = pstats.Stats(profiler)
         stats.sort_stats("cumulative").print_stats(25)
@@ -239,16 +251,38 @@ def main() -> None:
     parser.add_argument("--kb", type=int, default=64, help="serialized Rollout size in KiB")
     parser.add_argument("--max-records", type=int, default=0, help="StreamWorker max_records (0: its default)")
     parser.add_argument("--profile", action="store_true", help="cProfile the bus side and print the top")
+    parser.add_argument("--modes", nargs="+", choices=["plain", "secure"], default=["plain", "secure"],
+                        help="plaintext and/or TLS with client certificates, each on its own broker")
     args = parser.parse_args()
     crc = native_crc32c()
     messages = args.messages or (2000 if crc else 300)
     options = {"max_records": args.max_records} if args.max_records else {}
-    started = time.perf_counter()
-    results = measure(messages, args.rounds, args.kb, args.profile, options)
-    print(f"{messages} x {results[0].value_bytes} B Rollouts, {args.rounds} rounds, "
-          f"crc32c {'native' if crc else 'pure Python'}, worker {options or 'defaults'}, "
-          f"wall {time.perf_counter() - started:.0f}s")
-    print(table(results))
+    by_mode: dict[str, list[Result]] = {}
+    for mode in args.modes:
+        started = time.perf_counter()
+        results = by_mode[mode] = measure(messages, args.rounds, args.kb, args.profile, options, mode == "secure")
+        print(f"[{mode}] {messages} x {results[0].value_bytes} B Rollouts, {args.rounds} rounds, "
+              f"crc32c {'native' if crc else 'pure Python'}, worker {options or 'defaults'}, "
+              f"wall {time.perf_counter() - started:.0f}s")
+        print(table(results))
+    if len(by_mode) == 2:
+        print(secure_table(by_mode["plain"], by_mode["secure"]))
+
+
+def secure_table(plain: list[Result], secure: list[Result]) -> str:
+    """msg/s over all rounds per side and phase, TLS against plaintext (issue 22: e2e >= 0.7)."""
+    def rate(results: list[Result], side: str, phase: str) -> float:
+        rows = [r for r in results if r.side == side and r.phase == phase]
+        return sum(r.messages for r in rows) / sum(r.seconds for r in rows)
+
+    lines = ["secure against plaintext (msg/s over all rounds)",
+             f"{'side':<8}{'phase':<9}{'plain':>9}{'secure':>9}{'ratio':>7}"]
+    for side in SIDES:
+        for phase in ("produce", "consume", "e2e"):
+            p, s = rate(plain, side, phase), rate(secure, side, phase)
+            target = "  (target >= 0.70)" if phase == "e2e" else ""
+            lines.append(f"{side:<8}{phase:<9}{p:>9.1f}{s:>9.1f}{s / p:>7.2f}{target}")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
