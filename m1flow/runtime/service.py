@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -80,14 +79,7 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
         raise SystemExit(f"svc_{cls.name}: invalid settings: {errors}") from None
     logs.setup(cls.name, config.replica, config.log_level, config.log_json)
     service = cls(config)
-    bound = StopBound(config.stop_grace_s)
-
-    def request_stop(*_: object) -> None:
-        service.stop.set()
-        bound.arm()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    StopBound(config.stop_grace_s).install(service.stop.set)
     security.activate(config.security)
     if cls.uses_kafka and not config.security.enabled:  # secure: topics are the operator's (no CREATE right)
         ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 EXIT_CODE = 75  # EX_TEMPFAIL: stopped before its work was committed; the committed offsets replay it
@@ -28,9 +30,32 @@ class StopBound:
         self.exit = exit
         self._started = False
 
+    def install(self, on_stop: Callable[[], None],
+                signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        """Take the stop signals: each calls `on_stop` and arms the bound. Python runs a signal's handler
+        on the main thread between two bytecodes, so a main thread blocked in a C call (librdkafka's
+        synchronous commit or flush, with the broker away) would hold the handler, and the clock, back
+        for as long as the call lasts. The C-level handler also writes the signal's number to a wakeup
+        socket; a thread of its own reads it and acts at once. Call from the main thread."""
+        wanted = {int(s) for s in signals}
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._sockets = (reader, writer)  # kept open for the life of the process
+        for sig in wanted:  # a Python handler must be set for the C one to be: the reader does the work
+            signal.signal(sig, lambda *_: on_stop())
+        threading.Thread(target=self._read, args=(reader, wanted, on_stop), name="stop-signals",
+                         daemon=True).start()
+
+    def _read(self, reader: socket.socket, wanted: set[int], on_stop: Callable[[], None]) -> None:
+        while data := reader.recv(64):
+            if wanted.intersection(data):
+                on_stop()
+                self.arm()
+
     def arm(self) -> None:
-        """Start the clock (once: a second signal does not extend it). Called from signal handlers,
-        which run on the main thread only: a flag, no lock (a nested handler would deadlock on one)."""
+        """Start the clock (once: a second signal does not extend it). Called from the signal reader's
+        thread only, so a flag needs no lock."""
         if self.after_s <= 0 or self._started:
             return
         self._started = True
@@ -38,7 +63,7 @@ class StopBound:
 
     def _wait(self) -> None:
         time.sleep(self.after_s)
-        log.error("graceful stop not finished after %.0fs (broker away?): exiting; uncommitted work "
+        log.error("graceful stop not finished after %gs (broker away?): exiting; uncommitted work "
                   "is consumed again from the committed offsets", self.after_s)
         logging.shutdown()
         self.exit(EXIT_CODE)

@@ -3,6 +3,9 @@ terminationGracePeriodSeconds); what it could not commit is consumed again when 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -28,6 +31,26 @@ def test_the_bound_exits_once_after_its_time():
     assert called.wait(5)
     time.sleep(0.2)
     assert codes == [EXIT_CODE]
+
+
+def test_the_signal_arms_the_bound_while_the_main_thread_is_blocked_in_c():
+    """The CI failure this mends: the main thread sat in librdkafka's synchronous commit, where Python
+    cannot run a signal handler, so the clock started only when the call returned. libc's system()
+    blocks the same way (it retries its wait on EINTR): the bound must still exit at its time."""
+    script = textwrap.dedent("""
+        import ctypes, os, signal, threading
+        from m1flow.runtime.stop_bound import StopBound
+        stop = threading.Event()
+        StopBound(0.5).install(stop.set)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        ctypes.CDLL(None).system(b"exec sleep 20 >/dev/null 2>&1")  # not holding our pipes open
+        os._exit(0 if stop.is_set() else 1)
+    """)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True, text=True)
+    took = time.monotonic() - started
+    assert proc.returncode == EXIT_CODE, proc.stderr
+    assert took < 15, f"exited after {took:.1f}s: the bound waited for the main thread"
 
 
 def test_zero_waits_forever_and_the_default_fits_a_pods_grace_period():
