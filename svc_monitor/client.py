@@ -9,11 +9,14 @@ import grpc
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.security import grpc_tls as tls
 from m1flow.runtime.service import ready_file
+from svc_monitor.access import client_metadata
 
 
-def report(address: str, max_events: int = 0, timeout: float = 10.0) -> rpc.MonitorReport:
+def report(address: str, max_events: int = 0, timeout: float = 10.0, token: str | None = None) -> rpc.MonitorReport:
+    """`token`: what a monitor listening beyond loopback requires (default: $M1FLOW_ACCESS_TOKEN)."""
     with tls.channel(address) as channel:
-        return rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(max_events=max_events), timeout=timeout)
+        return rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(max_events=max_events), timeout=timeout,
+                                                          metadata=client_metadata(token))
 
 
 def local_address(run_dir: Path, replica: int = 0) -> str:

@@ -5,7 +5,9 @@ Each decision rule has its own block so a run's config file reads like the rules
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from m1flow.runtime.config import ServiceConfig
 from svc_monitor.schedule import CurriculumConfig
@@ -94,6 +96,10 @@ class MonitorConfig(ServiceConfig):
                                               "default sqlite under run_dir")
     dashboard_host: str = Field("127.0.0.1", description="address the dashboard binds (0.0.0.0 in containers)")
     dashboard_port: int = Field(0, description="dashboard HTTP port; 0 picks a free one; -1 disables")
+    access_token: SecretStr | None = Field(None, description="bearer token the dashboard and Monitor.Report "
+                                           "require (svc_monitor/access.py); unset and bound beyond loopback: "
+                                           "one is made in run_dir/access_token")
+    access_token_file: Path | None = Field(None, description="file holding that token (a mounted Secret)")
     dashboard_refresh_s: float = Field(5.0, gt=0.0, description="how often the page refreshes its plots")
     act_within_s: float = Field(600.0, gt=0.0, description="send commands only on evidence younger than this "
                                                            "(a monitor catching up on history does not act on it)")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import grpc
 
 from m1flow.contracts import events, rpc, rpc_grpc
+from svc_monitor.access import AccessToken, token_from_grpc
 from svc_monitor.controller import Controller
 from svc_monitor.store import Store
 
@@ -59,10 +60,16 @@ class MonitorGrpc(rpc_grpc.MonitorServiceServicer):
 
     dashboard_url is asked per call: the dashboard starts after the gRPC server is registered."""
 
-    def __init__(self, store: Store, controller: Controller, dashboard_url: Callable[[], str]) -> None:
+    def __init__(self, store: Store, controller: Controller, dashboard_url: Callable[[], str],
+                 token: AccessToken | None = None) -> None:
         self.store = store
         self.controller = controller
         self.dashboard_url = dashboard_url
+        self.token = token  # None: loopback, or mutual TLS has named the caller
 
     def Report(self, request: rpc.ReportRequest, context: grpc.ServicerContext) -> rpc.MonitorReport:  # noqa: N802
+        if self.token is not None and not self.token.matches(token_from_grpc(context)):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "Monitor.Report listens beyond loopback: send "
+                          "'authorization: Bearer <token>' ($M1FLOW_ACCESS_TOKEN; the monitor's "
+                          "access_token_file, or run_dir/access_token)")
         return build_report(self.store, self.controller, self.dashboard_url(), request.max_events)

@@ -19,6 +19,7 @@ from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, ROLLOUTS, SCORED
 from m1flow.contracts import events, rpc_grpc
 from m1flow.runtime.service import Service
 from svc_monitor import adapters
+from svc_monitor.access import AccessToken, is_loopback
 from svc_monitor.actuator import Actuator
 from svc_monitor.config import MonitorConfig
 from svc_monitor.controller import Controller
@@ -96,6 +97,13 @@ class MonitorService(Service):
         self.controller = Controller(self.store, config)
         self.actuator = Actuator(self.store, config.run_id)
         self.operations = OperationsRule(config.ops)
+        try:
+            self.token = AccessToken.resolve(
+                config.access_token.get_secret_value() if config.access_token else None, config.access_token_file,
+                exposed=(config.dashboard_port >= 0 and not is_loopback(config.dashboard_host))
+                or (not is_loopback(config.grpc_host) and not config.security.enabled), run_dir=config.run_dir)
+        except ValueError as exc:  # the operator's to fix: say what, not a traceback
+            raise SystemExit(f"svc_monitor: {exc}") from None
         self.dashboard: Dashboard | None = None
         self.dashboard_url = ""
         self.lag: LagReader | None = None
@@ -104,7 +112,8 @@ class MonitorService(Service):
         self.last_prune = 0.0
 
     def register(self, server: grpc.Server) -> list[str]:
-        servicer = MonitorGrpc(self.store, self.controller, lambda: self.dashboard_url)
+        servicer = MonitorGrpc(self.store, self.controller, lambda: self.dashboard_url,
+                               None if self.config.security.enabled else self.token)
         rpc_grpc.add_MonitorServiceServicer_to_server(servicer, server)
         return ["m1flow.v1.MonitorService"]
 
@@ -115,7 +124,7 @@ class MonitorService(Service):
 
     def start(self) -> None:
         if self.config.dashboard_port >= 0:
-            self.dashboard = Dashboard(self.store, self.config, self.state)
+            self.dashboard = Dashboard(self.store, self.config, self.state, self.token)
             self.dashboard_url = self.dashboard.start()
         self.lag = LagReader(self.config.bootstrap)
         self.stream = self.worker(MonitorHandler(self))

@@ -64,3 +64,5 @@ def test_every_listed_service_has_a_principal_and_a_row_of_acls(tmp_path):
     writers = {name for name, grants in ACLS.items() if "policy" in grants.write}
     assert writers == {"learner"}
     assert {name for name, grants in ACLS.items() if "control" in grants.write} == {"monitor"}
+    # groups are granted by the prefix m1flow-<name>: no service's name may start another's
+    assert not [(a, b) for a in NAMES for b in NAMES if a != b and b.startswith(a)]

@@ -3,8 +3,10 @@
 The table is the one docs/security.md shows. A principal is the CN of the service's certificate
 (its name in SERVICES); a service missing from the table gets no rights at all (the broker
 denies what no ACL allows), and tests/test_services_list.py fails until it has a row. Groups are
-the default `m1flow-<service>`; a service run under another group id needs its own row.
-Operators act as the `admin` super user (topics, ACLs, replays, `m1flow control`).
+the default `m1flow-<service>`, granted as a prefix: a replay (`m1flow replay`) runs the service
+under its own principal in a group `m1flow-<service>-...` and writes `<topic>.<suffix>`, which
+the prefixed WRITE on `<topic>.` allows (copies nothing live reads); the operator creates those
+topics. Operators act as the `admin` super user (topics, ACLs, `m1flow control`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,12 @@ ACLS: dict[str, Grants] = {
 }
 
 
+def group_prefix(name: str) -> str:
+    """The consumer groups service `name` may use: `m1flow-<name>` and its replays' `m1flow-<name>-...`
+    (no service's name is the start of another's: tests/test_services_list.py)."""
+    return f"m1flow-{name}"
+
+
 def bindings(name: str):  # noqa: ANN201 - list[kafka.admin.ACL]
     """The ACLs that give service `name` its row of the table (allow only; nothing else is allowed)."""
     from kafka.admin import (ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern,
@@ -51,12 +59,15 @@ def bindings(name: str):  # noqa: ANN201 - list[kafka.admin.ACL]
     def allow(op, rtype, resource: str, pattern=ACLResourcePatternType.LITERAL):  # noqa: ANN001
         return ACL(principal, "*", op, ACLPermissionType.ALLOW, ResourcePattern(rtype, resource, pattern))
 
+    prefixed = ACLResourcePatternType.PREFIXED
     out = [allow(ACLOperation.READ, ResourceType.TOPIC, t) for t in grants.read]
     out += [allow(ACLOperation.WRITE, ResourceType.TOPIC, t) for t in grants.write]
     out += [allow(ACLOperation.DESCRIBE, ResourceType.TOPIC, t)
             for t in (*grants.describe, *grants.read, *grants.write)]
-    if grants.group:
-        out.append(allow(ACLOperation.READ, ResourceType.GROUP, f"m1flow-{name}"))
+    for topic in grants.write:  # a replay's outputs, `<topic>.<suffix>`
+        out += [allow(op, ResourceType.TOPIC, f"{topic}.", prefixed) for op in (ACLOperation.WRITE, ACLOperation.DESCRIBE)]
+    if grants.group:  # its live group and its replays' groups
+        out.append(allow(ACLOperation.READ, ResourceType.GROUP, group_prefix(name), prefixed))
     out += [allow(ACLOperation.DESCRIBE, ResourceType.GROUP, g) for g in grants.describe_groups]
     if grants.describe_group_prefix:
         out.append(allow(ACLOperation.DESCRIBE, ResourceType.GROUP, grants.describe_group_prefix,

@@ -124,6 +124,26 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def secure_replay(run_dir: Path, bootstrap: str, service: str, group: str, suffix: str) -> dict[str, str]:
+    """On a secure broker a replay runs the service under its own principal, not the operator's: the
+    group must be one its ACLs allow, and the operator (admin) creates the `.suffix` topics it writes,
+    which it may not. The service's identity as environment variables; none on a plaintext broker."""
+    from m1flow.bus.admin import ensure_topics
+    from m1flow.ops.acls import group_prefix
+    from m1flow.ops.stack import Stack
+    from m1flow.security import config as security
+
+    admin = security.current()
+    if not admin.enabled:
+        return {}
+    if not group.startswith(group_prefix(service) + "-"):
+        raise CliError(f"on a secure broker a replay of {service} runs as its principal, which may use only "
+                       f"consumer groups under '{group_prefix(service)}-': e.g. --group "
+                       f"{group_prefix(service)}-replay-{group}")
+    ensure_topics(bootstrap, suffix=suffix, security=admin)
+    return Stack(run_dir, secure=True).identity_env(service)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from m1flow.ops.launcher import launch
     from m1flow.ops.replay import ReplayError, replay_args
@@ -137,13 +157,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         print(f"cannot replay: {exc}", file=sys.stderr)
         return 2
-    stops = prepare_replay(bootstrap, args.topic, args.group, args.from_, args.to)
     suffix = args.output_suffix if args.output_suffix is not None else args.group
+    env = secure_replay(args.run_dir, bootstrap, args.service, args.group, suffix)
+    stops = prepare_replay(bootstrap, args.topic, args.group, args.from_, args.to)
     print(f"replaying {args.topic} {args.from_}..{args.to or 'end'} into group {args.group}"
           f" ({args.service}); outputs go to " + (f"'<topic>.{suffix}'" if suffix else "the live topics"))
     proc = launch(args.service, args.run_dir, bootstrap, replica=900 + os.getpid() % 100, args=[
         "--group-id", args.group, "--stop-offsets", json.dumps(stops), "--output-suffix", suffix,
-        *extra, *service_args], wait=False)  # a short range can be done before a readiness check would look
+        *extra, *service_args], wait=False, env=env)  # a short range can be done before a readiness check would look
     code = proc.proc.wait()
     print(f"replay finished with exit code {code}; log: {proc.log_path}")
     if code:

@@ -196,6 +196,12 @@ class Cluster:
             return None
         return max(versions, default=0)
 
+    def access_token(self) -> str:
+        """The token the monitor made for its dashboard and Monitor.Report (they listen on the
+        containers' network, beyond loopback: svc_monitor/access.py), read from the run volume."""
+        out = self.compose("exec", "-T", "svc_monitor", "cat", "/data/run/access_token", capture=True, light=True)
+        return out.stdout.strip()
+
     def status_table(self) -> str:
         containers = self.containers()
         broker_up = any(c.service == "kafka" and c.state == "running" for c in containers)
@@ -203,7 +209,8 @@ class Cluster:
         lines = [f"project {self.config.project}   broker {self.bootstrap}   "
                  f"policy {('v' + str(version)) if version is not None else 'unknown (broker down)'}",
                  f"monitor Monitor.Report 127.0.0.1:{self.config.monitor_port}   "
-                 f"dashboard http://127.0.0.1:{self.config.dashboard_port}/",
+                 f"dashboard http://127.0.0.1:{self.config.dashboard_port}/?token=<token> "
+                 f"(token: `m1flow cluster token`)",
                  f"{'service':<14}{'replica':>7}  {'state':<10}{'health':<11}{'metrics':<36}status"]
         for c in containers:
             lines.append(f"{c.service:<14}{c.replica:>7}  {c.state:<10}{c.health or '-':<11}{c.metrics_url:<36}{c.status}")
@@ -257,6 +264,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             cluster.down(volumes=args.volumes)
             print("down")
             return 0
+        elif args.action == "token":
+            print(cluster.access_token())
+            return 0
         print(cluster.status_table())
     except ClusterError as exc:
         print(f"m1flow cluster: {exc}", file=sys.stderr)
@@ -266,8 +276,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """`m1flow cluster ...` (the hook m1flow/ops/cli.py calls)."""
-    c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, down")
-    c.add_argument("action", choices=["up", "status", "down"])
+    c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, token, down")
+    c.add_argument("action", choices=["up", "status", "token", "down"],
+                   help="token: print the one the dashboard and Monitor.Report require")
     c.add_argument("--project", default="m1flow", help="compose project name")
     c.add_argument("--gpu", action="store_true", help="with docker-compose.gpu.yml")
     c.add_argument("--scale", nargs="*", default=[], help="e.g. svc_reward=3 svc_rollout=3")

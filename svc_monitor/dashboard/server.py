@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from svc_monitor.access import AccessToken, cookie_header, token_from_http
 from svc_monitor.config import MonitorConfig
 from svc_monitor.dashboard.figures import Figures
 from svc_monitor.store import Store
@@ -25,7 +26,9 @@ def plotly_js() -> bytes:
 
 
 class Dashboard:
-    def __init__(self, store: Store, cfg: MonitorConfig, state: Callable[[], dict[str, Any]] = dict) -> None:
+    def __init__(self, store: Store, cfg: MonitorConfig, state: Callable[[], dict[str, Any]] = dict,
+                 token: AccessToken | None = None) -> None:
+        self.token = token  # None: on loopback, open as before; else every path but /healthz needs it
         self.figures = Figures(store, cfg, state)
         self.page = PAGE.read_text().replace("{{REFRESH_MS}}", str(int(cfg.dashboard_refresh_s * 1000)))
         self.page = self.page.replace("{{RUN_ID}}", cfg.run_id)
@@ -50,7 +53,9 @@ class Dashboard:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
+                if path != "/healthz" and dashboard.token is not None and not self._admitted(path, query):
+                    return
                 if path == "/":
                     self._send(dashboard.page.encode(), "text/html; charset=utf-8")
                 elif path == "/static/plotly.min.js":
@@ -68,6 +73,23 @@ class Dashboard:
                     self._send(b"ok", "text/plain")
                 else:
                     self._send(b"not found", "text/plain", status=HTTPStatus.NOT_FOUND)
+
+            def _admitted(self, path: str, query: str) -> bool:
+                """A valid token passes; one in the URL sets the cookie and drops it from the URL."""
+                presented, in_url = token_from_http(self.headers, query)
+                if not dashboard.token.matches(presented):
+                    self._send(b"the dashboard listens beyond loopback: open it as /?token=<token> (the "
+                               b"monitor's access token: access_token_file, or run_dir/access_token) or send "
+                               b"'Authorization: Bearer <token>'\n", "text/plain", status=HTTPStatus.UNAUTHORIZED)
+                    return False
+                if in_url:
+                    self.send_response(HTTPStatus.SEE_OTHER)
+                    self.send_header("Location", path)
+                    self.send_header("Set-Cookie", cookie_header(dashboard.token))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return False
+                return True
 
             def _send(self, body: bytes, kind: str, status: HTTPStatus = HTTPStatus.OK, cache: bool = False) -> None:
                 self.send_response(status)

@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -93,7 +94,14 @@ def test_cluster_comes_up_healthy_and_runs_the_loop(cluster):
         if c.service in SERVICES:
             with urllib.request.urlopen(c.metrics_url, timeout=10) as page:
                 assert b"# TYPE" in page.read(), c.name
-    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.config.dashboard_port}/", timeout=10) as page:
+    # the monitor listens on the containers' network: its dashboard and Report want the token it made
+    dashboard = f"http://127.0.0.1:{cluster.config.dashboard_port}/"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(dashboard, timeout=10)
+    assert refused.value.code == 401
+    token = cluster.access_token()
+    request = urllib.request.Request(dashboard, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as page:
         assert page.status == 200 and b"<html" in page.read().lower()  # the monitor's dashboard
 
     t = time.monotonic()
@@ -101,7 +109,12 @@ def test_cluster_comes_up_healthy_and_runs_the_loop(cluster):
     version = wait_version(cluster, 1)
     PHASES["24 prompts to v2"] = time.monotonic() - t
     with grpc.insecure_channel(f"127.0.0.1:{cluster.config.monitor_port}") as channel:
-        rows = wait_for(lambda: list(rpc_grpc.MonitorServiceStub(channel).Report(rpc.ReportRequest(), timeout=10).rows),
+        stub = rpc_grpc.MonitorServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as unauthenticated:
+            stub.Report(rpc.ReportRequest(), timeout=10)
+        assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        auth = (("authorization", f"Bearer {token}"),)
+        rows = wait_for(lambda: list(stub.Report(rpc.ReportRequest(), timeout=10, metadata=auth).rows),
                         120, "the monitor's report to have rows")
     assert max(r.policy_version for r in rows) >= 0 and sum(r.groups for r in rows) > 0
     table = cluster.status_table()

@@ -8,6 +8,7 @@ Needs only a helm binary (tests/k8s/chart.py finds or builds one), no cluster.
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import subprocess
 
@@ -253,6 +254,22 @@ def test_checkpoint_store_file_or_s3(helm, default):
         assert env["M1FLOW_CHECKPOINT_URI"] == "s3://ckpt/run1" and env["AWS_ENDPOINT_URL"] == "http://minio:9000"
         assert {"secretRef": {"name": "s3-creds"}} in container(spec)["envFrom"]
         assert json.loads(env["M1FLOW_STORE"]) == {"endpoint_url": "http://minio:9000", "virtual_hosted": False}
+
+
+def test_the_monitor_reads_its_access_token_from_a_secret(helm, default):
+    """The dashboard and Report listen on the pod network: the token comes from a Secret the chart
+    makes (a random one) or the user names; never from a value in the rendered spec."""
+    monitor = pod_spec(workloads(default)["monitor"])
+    assert env_of(monitor)["M1FLOW_ACCESS_TOKEN_FILE"] == "/etc/m1flow/access/token"
+    assert {"name": "access-token", "mountPath": "/etc/m1flow/access", "readOnly": True} in container(monitor)["volumeMounts"]
+    volume = next(v for v in monitor["volumes"] if v["name"] == "access-token")
+    assert volume["secret"]["secretName"] == "m1flow-monitor-access"
+    token = base64.b64decode(by_kind(default, "Secret")["m1flow-monitor-access"]["data"]["token"]).decode()
+    assert len(token) >= 32 and token not in json.dumps(monitor)
+    mine = objects(helm, {"monitor.accessTokenSecret": "my-token"})
+    assert "m1flow-monitor-access" not in by_kind(mine, "Secret")
+    volume = next(v for v in pod_spec(workloads(mine)["monitor"])["volumes"] if v["name"] == "access-token")
+    assert volume["secret"]["secretName"] == "my-token"
 
 
 def test_the_service_settings_are_the_files_that_compose_reads(default):

@@ -2,15 +2,20 @@
 only its ACLs learns as in plaintext, and no line of any log holds key material."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from m1flow.bus import Producer
+from m1flow.ops import ROOT
 from m1flow.ops.stack import Stack
 from m1flow.security import config as security
 from m1flow.source import publish
 from m1flow.tasks.arith import problems
 
-from tests.integration.helpers import policy_versions, scored_by_group, wait_for
+from tests.integration.helpers import content, policy_versions, scored_by_group, wait_for
+from tests.integration.test_resilience import send_group
 
 N_PROMPTS, GROUP, BATCH = 8, 4, 4
 
@@ -49,3 +54,32 @@ def test_the_loop_learns_in_secure_mode_and_logs_no_secret(tmp_path, as_operator
         text = path.read_text(errors="replace")
         assert "PRIVATE KEY" not in text, path
         assert not [k for k in keys if k in text], path
+
+
+def test_a_replay_runs_as_the_services_principal_within_its_acls(tmp_path, as_operator):
+    """`m1flow replay` on a secure broker: the service replays under its own certificate (not the
+    operator's super user), in a group its ACLs allow, into `.suffix` topics the operator created."""
+    stack = Stack(tmp_path, secure=True)
+    try:
+        stack.start(with_demo_policy=False, services=("reward",))
+        as_operator(stack.broker.admin_security)
+        producer = Producer(stack.bootstrap, "test", security=stack.broker.admin_security)
+        send_group(producer, "secure-replay", ["2", "3"])
+        wait_for(lambda: "secure-replay" in scored_by_group(stack.bootstrap), 120, "the group scored")
+
+        def replay(group: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(tmp_path), "replay", "--topic",
+                                   "rollouts", "--from", "0", "--group", group, "--service", "reward"],
+                                  capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+        refused = replay("outside-the-prefix")  # a group the reward principal may not use
+        assert refused.returncode != 0 and "m1flow-reward-" in refused.stderr, refused.stdout + refused.stderr
+        done = replay("m1flow-reward-replay1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        rescored = scored_by_group(stack.bootstrap, "scored.m1flow-reward-replay1")
+        assert [content(g) for g in rescored["secure-replay"]] == \
+            [content(g) for g in scored_by_group(stack.bootstrap)["secure-replay"]]
+        log = next((tmp_path / "logs").glob("reward-9*.log")).read_text()
+        assert "group m1flow-reward-replay1" in log
+    finally:
+        stack.stop()

@@ -196,3 +196,8 @@ livenessProbe:
 - --metrics-port
 - "9100"
 {{- end -}}
+
+{{/* The Secret holding the monitor's access token: the user's, or the one this chart makes. */}}
+{{- define "m1flow.monitorAccessSecret" -}}
+{{- .Values.monitor.accessTokenSecret | default (printf "%s-monitor-access" (include "m1flow.fullname" .)) -}}
+{{- end -}}
