@@ -28,6 +28,11 @@ class ClientError(RuntimeError):
     """A broker round trip that failed (commit refused, broker away); the caller retries later."""
 
 
+class NotAuthorized(ClientError):
+    """The broker's ACLs refuse this principal a group or topic it consumes: no retry mends that, so
+    poll raises it (the service exits with the reason) rather than waiting for a group it cannot join."""
+
+
 @dataclass(frozen=True)
 class Fetched:
     offset: int
@@ -133,7 +138,12 @@ class KafkaPythonConsumer:
                 self._c.seek(parts[tp], offset)
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
-        batches = self._c.poll(timeout_ms=timeout_ms, max_records=max_records)
+        from kafka.errors import AuthorizationError
+
+        try:
+            batches = self._c.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except AuthorizationError as exc:
+            raise NotAuthorized(f"not authorized by the broker's ACLs: {exc}") from exc
         self._unstick_parked_fetches()
         return {(tp.topic, tp.partition): [Fetched(r.offset, r.key, r.value, r.timestamp) for r in records]
                 for tp, records in batches.items()}
@@ -291,12 +301,16 @@ class ConfluentConsumer:
         try:
             messages = self._c.consume(num_messages=max_records, timeout=timeout_ms / 1000)
         except KafkaException as exc:
+            if _refused(exc.args[0]):
+                raise NotAuthorized(f"not authorized by the broker's ACLs: {exc.args[0]}") from exc
             if not _fatal(exc.args[0]):
                 raise
             self._recreate(str(exc.args[0]))
             return out
         for msg in messages:
             if msg.error() is not None:
+                if _refused(msg.error()):
+                    raise NotAuthorized(f"not authorized by the broker's ACLs: {msg.error()}")
                 if _fatal(msg.error()):
                     self._recreate(str(msg.error()))
                     return {}
@@ -369,6 +383,13 @@ class ConfluentConsumer:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _refused(err) -> bool:  # noqa: ANN001 - a confluent_kafka.KafkaError
+    from confluent_kafka import KafkaError
+
+    return err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                          KafkaError.CLUSTER_AUTHORIZATION_FAILED)
 
 
 def _fatal(err) -> bool:  # noqa: ANN001 - a confluent_kafka.KafkaError

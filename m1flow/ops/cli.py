@@ -225,7 +225,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("seed", args.seed), ("cycles", args.cycles), ("prompts", args.prompts),
                                    ("spacing_s", args.spacing)) if v is not None}
-    report = ChaosRun(ChaosConfig(run_dir=args.run_dir / "chaos", **overrides),
+    report = ChaosRun(ChaosConfig(run_dir=args.run_dir / "chaos", secure=args.secure, **overrides),
                       say=lambda line: print(line, flush=True)).run()
     return 0 if report.ok else 1
 
@@ -333,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--cycles", type=int, help="rounds of faults (each hits every service, the broker, the input)")
     c.add_argument("--prompts", type=int, help="prompts fed before the faults start")
     c.add_argument("--spacing", type=float, help="mean seconds between faults")
+    c.add_argument("--secure", action="store_true", help="`m1flow up --secure`: TLS, a certificate per service, "
+                                                         "ACLs; the faults and checks act as the operator")
     c.set_defaults(func=cmd_chaos)
 
     v = sub.add_parser("svc", help="run one service in the foreground")

@@ -2,12 +2,14 @@
 principal can do what its row of the ACL table allows and nothing else (m1flow/ops/acls.py)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
 from m1flow.bus.admin import ensure_topics
-from m1flow.bus.clients import Settings, consumer
+from m1flow.bus.clients import NotAuthorized, Settings, consumer
 from m1flow.bus.producer import Producer
 from m1flow.contracts import events
 from m1flow.kafka import Broker
@@ -110,3 +112,20 @@ def test_the_sandbox_touches_no_topic(secure_broker) -> None:
         assert not (sandbox.topics() & {"prompts", "rollouts", "scored", "policy", "control"})
     finally:
         sandbox.close()
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_a_group_the_principal_may_not_use_fails_poll_with_the_reason(secure_broker, client: str) -> None:
+    """Retrying cannot mend a missing ACL: poll raises NotAuthorized (the service then exits saying
+    so) instead of waiting for a group it will never join."""
+    node, secrets = secure_broker
+    intruder = consumer(client, Settings(node.bootstrap, "m1flow-learner", "rollout-0", None, 10_000, 60_000, 10,
+                                         security=block(secrets, "rollout")))
+    try:
+        intruder.subscribe(["prompts"], lambda parts: None, lambda parts: None)
+        with pytest.raises(NotAuthorized, match="(?i)authori[sz]"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                intruder.poll(500, 10)
+    finally:
+        intruder.close()

@@ -17,10 +17,12 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from m1flow.bus.admin import end_offsets
+from m1flow.kafka import Broker
 from m1flow.ops import ROOT
 from m1flow.ops.chaos.faults import READERS, Fault, Injected, Injector, plan
 from m1flow.ops.chaos.invariants import Report, check, check_source
 from m1flow.ops.services import NAMES
+from m1flow.security import config as security
 from m1flow.warmstart import WarmStartConfig
 
 
@@ -37,6 +39,7 @@ class ChaosConfig(BaseModel):
     settle_s: float = Field(240.0, gt=0, description="after the last fault, how long the loop may take to finish")
     start_timeout_s: float = 600.0
     services: tuple[str, ...] = NAMES
+    secure: bool = Field(False, description="`m1flow up --secure`; this process injects and checks as `admin`")
     # service settings for a run that recovers within the test's budget (env: every service reads its own)
     env: dict[str, str] = Field(default_factory=lambda: {
         "M1FLOW_LIVENESS": json.dumps({"stall_after_s": 60, "join_after_s": 45, "broker_down_after_s": 20}),
@@ -118,7 +121,7 @@ class ChaosRun:
         sources = self.run_dir / "sources.json"
         sources.write_text(json.dumps(self.source_settings()))
         self.up = subprocess.Popen([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), "up",
-                                    "--sources", str(sources),
+                                    "--sources", str(sources), *(["--secure"] if self.cfg.secure else []),
                                     "--restart-policy", json.dumps({"unhealthy_restart_s": 60, "backoff_max_s": 8})],
                                    cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -127,6 +130,8 @@ class ChaosRun:
             if self.up.poll() is not None:
                 raise RuntimeError(f"m1flow up exited with {self.up.returncode}:\n{self.tail()}")
             if "stop with Ctrl-C" in self.tail():
+                if self.cfg.secure:  # the garbage, the watcher and the checks need the operator's rights
+                    security.activate(Broker(self.run_dir / "kafka").admin_security)
                 return json.loads((self.run_dir / "up.json").read_text())["bootstrap"]
             time.sleep(1)
         raise TimeoutError(f"m1flow up not ready after {self.cfg.start_timeout_s:.0f}s:\n{self.tail()}")
@@ -153,6 +158,7 @@ class ChaosRun:
 
     def run(self) -> Report:
         cfg = self.cfg
+        before = security.current()
         try:
             bootstrap = self.start()
             prompt_ids = self.expected_prompts()
@@ -178,6 +184,7 @@ class ChaosRun:
             return report
         finally:
             self.stop()
+            security.activate(before)
 
     def terminate(self) -> tuple[bool, str]:
         """SIGTERM the supervisor as a user's Ctrl-C would; every process it ran must be gone."""
