@@ -63,7 +63,9 @@ class Consumer(Protocol):
     def assign(self, offsets: dict[TP, int | None]) -> None:
         """Own exactly these partitions, each from its offset (None: from the beginning)."""
 
-    def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]: ...
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
+        """Records fetched since the last poll; ClientError when the client fails a round trip,
+        NotAuthorized when the ACLs refuse the group or a topic."""
 
     def assignment(self) -> set[TP]: ...
 
@@ -78,8 +80,8 @@ class Consumer(Protocol):
     def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
         """The next offset to be written, per partition (a broker round trip; ClientError when away)."""
 
-    def begin_offsets(self, partitions: set[TP]) -> dict[TP, int]:
-        """The first offset still in the log, per partition (a broker round trip; ClientError when away)."""
+    def watermarks(self, partitions: set[TP]) -> dict[TP, tuple[int, int]]:
+        """(first offset still in the log, next offset to be written) per partition (ClientError when away)."""
 
     def commit(self, offsets: dict[TP, int]) -> None:
         """Commit synchronously; ClientError when the broker refuses or cannot be reached."""
@@ -138,12 +140,14 @@ class KafkaPythonConsumer:
                 self._c.seek(parts[tp], offset)
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[TP, list[Fetched]]:
-        from kafka.errors import AuthorizationError
+        from kafka.errors import AuthorizationError, KafkaError
 
         try:
             batches = self._c.poll(timeout_ms=timeout_ms, max_records=max_records)
         except AuthorizationError as exc:
             raise NotAuthorized(f"not authorized by the broker's ACLs: {exc}") from exc
+        except KafkaError as exc:
+            raise ClientError(str(exc)) from exc
         self._unstick_parked_fetches()
         return {(tp.topic, tp.partition): [Fetched(r.offset, r.key, r.value, r.timestamp) for r in records]
                 for tp, records in batches.items()}
@@ -189,8 +193,9 @@ class KafkaPythonConsumer:
     def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
         return self._list_offsets(self._c.end_offsets, partitions)
 
-    def begin_offsets(self, partitions: set[TP]) -> dict[TP, int]:
-        return self._list_offsets(self._c.beginning_offsets, partitions)
+    def watermarks(self, partitions: set[TP]) -> dict[TP, tuple[int, int]]:
+        low, high = self._list_offsets(self._c.beginning_offsets, partitions), self.end_offsets(partitions)
+        return {tp: (low[tp], high[tp]) for tp in partitions}
 
     @staticmethod
     def _list_offsets(lookup: Callable, partitions: set[TP]) -> dict[TP, int]:
@@ -304,7 +309,7 @@ class ConfluentConsumer:
             if _refused(exc.args[0]):
                 raise NotAuthorized(f"not authorized by the broker's ACLs: {exc.args[0]}") from exc
             if not _fatal(exc.args[0]):
-                raise
+                raise ClientError(str(exc)) from exc
             self._recreate(str(exc.args[0]))
             return out
         for msg in messages:
@@ -356,12 +361,9 @@ class ConfluentConsumer:
         return max(found, 0)
 
     def end_offsets(self, partitions: set[TP]) -> dict[TP, int]:
-        return {tp: high for tp, (_, high) in self._watermarks(partitions).items()}
+        return {tp: high for tp, (_, high) in self.watermarks(partitions).items()}
 
-    def begin_offsets(self, partitions: set[TP]) -> dict[TP, int]:
-        return {tp: low for tp, (low, _) in self._watermarks(partitions).items()}
-
-    def _watermarks(self, partitions: set[TP]) -> dict[TP, tuple[int, int]]:
+    def watermarks(self, partitions: set[TP]) -> dict[TP, tuple[int, int]]:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:

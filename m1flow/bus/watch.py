@@ -32,13 +32,6 @@ class WatchError(ClientError):
     """A poll that failed in the client (broker away, a transport error); the next poll reads on."""
 
 
-def _client_errors() -> tuple[type[BaseException], ...]:
-    from confluent_kafka import KafkaException
-    from kafka.errors import KafkaError
-
-    return ClientError, KafkaException, KafkaError
-
-
 class TopicWatcher:
     def __init__(self, bootstrap: str, topics: tuple[TopicSpec, ...], client_id: str,
                  security: SecurityConfig | None = None, group_id: str | None = None,
@@ -59,7 +52,7 @@ class TopicWatcher:
         out: list[Message] = []
         try:
             fetched = self.consumer.poll(timeout_ms, 500)
-        except _client_errors() as exc:
+        except ClientError as exc:  # both clients' poll say a failed round trip so
             raise WatchError(f"polling {', '.join(self.specs)}: {exc}") from exc
         for (topic, partition), records in fetched.items():
             for rec in records:
@@ -91,9 +84,8 @@ class TopicWatcher:
         """The end of each partition that has records (an empty one is read by definition)."""
         while True:
             try:
-                parts = set(self.parts)
-                begins, ends = self.consumer.begin_offsets(parts), self.consumer.end_offsets(parts)
-                return {tp: end for tp, end in ends.items() if end > begins[tp]}
+                return {tp: end for tp, (begin, end) in self.consumer.watermarks(set(self.parts)).items()
+                        if end > begin}
             except ClientError as exc:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"state topics' ends unknown within {timeout_s:.0f}s: {exc}") from exc
