@@ -101,7 +101,7 @@ class MonitorService(Service):
             self.token = AccessToken.resolve(
                 config.access_token.get_secret_value() if config.access_token else None, config.access_token_file,
                 exposed=(config.dashboard_port >= 0 and not is_loopback(config.dashboard_host))
-                or (not is_loopback(config.grpc_host) and not config.security.enabled), run_dir=config.run_dir)
+                or (not is_loopback(config.grpc_host) and not config.security.grpc_mtls), run_dir=config.run_dir)
         except ValueError as exc:  # the operator's to fix: say what, not a traceback
             raise SystemExit(f"svc_monitor: {exc}") from None
         self.dashboard: Dashboard | None = None
@@ -113,7 +113,7 @@ class MonitorService(Service):
 
     def register(self, server: grpc.Server) -> list[str]:
         servicer = MonitorGrpc(self.store, self.controller, lambda: self.dashboard_url,
-                               None if self.config.security.enabled else self.token)
+                               None if self.config.security.grpc_mtls else self.token)
         rpc_grpc.add_MonitorServiceServicer_to_server(servicer, server)
         return ["m1flow.v1.MonitorService"]
 

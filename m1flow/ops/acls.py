@@ -88,3 +88,25 @@ def apply_acls(bootstrap: str, admin: SecurityConfig, names: tuple[str, ...] = N
         return len(acls)
     finally:
         client.close()
+
+
+def strimzi_acls(name: str) -> list[dict]:
+    """Service `name`'s row as a Strimzi KafkaUser's `spec.authorization.acls` (the chart's
+    files/acls.json holds every row: `python -m m1flow.ops.acls > deploy/helm/m1flow/files/acls.json`)."""
+    rules: dict[tuple[str, str, str], list[str]] = {}
+    for acl in bindings(name):
+        pattern = acl.resource_pattern
+        key = (pattern.resource_type.name.lower(), pattern.resource_name,
+               "prefix" if pattern.pattern_type.name == "PREFIXED" else "literal")
+        rules.setdefault(key, []).append(acl.operation.name.capitalize())
+    out = []
+    for (rtype, resource, pattern), operations in rules.items():
+        where = {"type": rtype} if rtype == "cluster" else {"type": rtype, "name": resource, "patternType": pattern}
+        out.append({"resource": where, "operations": sorted(set(operations))})
+    return out
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps({name: strimzi_acls(name) for name in NAMES}, indent=1))

@@ -17,7 +17,7 @@ def grpc_server(host: str, port: int, workers: int = 4, security: SecurityConfig
     """A started-later gRPC server bound to host:port (port 0: a free one) with health NOT_SERVING;
     mutual TLS when security is on, its own methods only for `security.grpc_allowed_peers` if named."""
     block = current(security)
-    interceptors = [AllowedPeers(tuple(block.grpc_allowed_peers))] if block.enabled and block.grpc_allowed_peers else []
+    interceptors = [AllowedPeers(tuple(block.grpc_allowed_peers))] if block.grpc_mtls and block.grpc_allowed_peers else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors,
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])

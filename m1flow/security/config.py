@@ -25,6 +25,8 @@ class SecurityConfig(BaseModel):
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
     grpc_allowed_peers: list[str] = Field(default_factory=list, description="principals (certificate CNs) "
                                           "that may call this service's gRPC methods; empty: any from the CA")
+    grpc_tls: bool = Field(True, description="mutual TLS on gRPC too, from the same CA (off: the Helm chart, "
+                           "whose Kafka certificates come from Strimzi's clients CA; NetworkPolicies guard gRPC)")
     checkpoint_roots: list[str] = Field(default_factory=list, description="a replica loads policies only "
                                         "from under these URI prefixes: folders (paths or file://) or "
                                         "s3://bucket/prefix (empty: from anywhere, as on a laptop)")
@@ -49,6 +51,11 @@ class SecurityConfig(BaseModel):
                 if not Path(path).is_file():
                     raise ValueError(f"security.{name}: no such file {path}")
         return self
+
+    @property
+    def grpc_mtls(self) -> bool:
+        """gRPC servers require, and clients present, certificates from the CA."""
+        return self.enabled and self.grpc_tls
 
     @property
     def principal(self) -> str:

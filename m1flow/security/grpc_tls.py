@@ -25,7 +25,7 @@ def channel(address: str, options: list[tuple[str, Any]] | None = None,
             security: SecurityConfig | None = None) -> grpc.Channel:
     """A channel to `address`: TLS with this process's certificate when security is on, else plaintext."""
     block = current(security)
-    if not block.enabled:
+    if not block.grpc_mtls:
         return grpc.insecure_channel(address, options=options)
     creds = grpc.ssl_channel_credentials(root_certificates=Path(block.ca_file).read_bytes(),
                                          private_key=Path(block.key_file).read_bytes(),
@@ -36,7 +36,7 @@ def channel(address: str, options: list[tuple[str, Any]] | None = None,
 def add_port(server: grpc.Server, address: str, security: SecurityConfig | None = None) -> int:
     """Bind `address`: mutual TLS (a client certificate from the CA required) when security is on."""
     block = current(security)
-    if not block.enabled:
+    if not block.grpc_mtls:
         return server.add_insecure_port(address)
     creds = grpc.ssl_server_credentials([(Path(block.key_file).read_bytes(), Path(block.cert_file).read_bytes())],
                                         root_certificates=Path(block.ca_file).read_bytes(),

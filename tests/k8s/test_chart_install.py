@@ -137,6 +137,9 @@ SERVER_CASES = {
         {"kafka.mode": "external", "kafka.external.bootstrap": "kafka.example:9092", "learner.kind": "Job",
          "rollout.autoscaling.enabled": False, "reward.autoscaling.enabled": False,
          "sandbox.autoscaling.enabled": False}, ("job.batch", "statefulset.apps")),
+    "Kafka over mTLS with ACLs": ({"security.enabled": True, "source.sources": [{"name": "arith", "generator": "arith"}]},
+                                  ("kafkauser.kafka.strimzi.io", "triggerauthentication.keda.sh",
+                                   "kafka.kafka.strimzi.io", "scaledobject.keda.sh")),
 }
 
 

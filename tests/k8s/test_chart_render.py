@@ -272,6 +272,50 @@ def test_the_monitor_reads_its_access_token_from_a_secret(helm, default):
     assert volume["secret"]["secretName"] == "my-token"
 
 
+def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(helm):
+    """security.enabled: the KafkaUsers carry exactly m1flow/ops/acls.py's rows (files/acls.json is
+    what the chart reads: a stale file fails here), every Kafka client mounts its own user's Secret,
+    the brokers require certificates and authorise, KEDA reads lag over TLS."""
+    from m1flow.ops.acls import strimzi_acls
+
+    docs = objects(helm, {"security.enabled": True,
+                          "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+    users = by_kind(docs, "KafkaUser")
+    assert set(users) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "monitor", "learner", "admin", "keda")}
+    for name in ("source", "rollout", "reward", "monitor", "learner"):
+        spec = users[f"m1flow-{name}"]["spec"]
+        assert spec["authentication"] == {"type": "tls"}
+        assert spec["authorization"]["acls"] == strimzi_acls(name), f"{name}: regenerate files/acls.json " \
+            "(python -m m1flow.ops.acls > deploy/helm/m1flow/files/acls.json)"
+    assert "authorization" not in users["m1flow-admin"]["spec"]
+    (kafka,) = by_kind(docs, "Kafka").values()
+    assert kafka["spec"]["kafka"]["listeners"] == [{"name": "tls", "port": 9093, "type": "internal", "tls": True,
+                                                    "authentication": {"type": "tls"}}]
+    assert kafka["spec"]["kafka"]["authorization"] == {"type": "simple", "superUsers": ["CN=m1flow-admin"]}
+    assert "userOperator" in kafka["spec"]["entityOperator"]
+    (jobset,) = by_kind(docs, "JobSet").values()
+    specs = {**{n: pod_spec(w) for n, w in workloads(docs).items()},
+             "learner": jobset_pods(jobset)["leader"]["spec"], "learner-worker": jobset_pods(jobset)["worker"]["spec"]}
+    for name, spec in specs.items():
+        env = env_of(spec)
+        if name == "sandbox":  # touches no topic: no Kafka identity
+            assert "M1FLOW_SECURITY" not in env
+            continue
+        block = json.loads(env["M1FLOW_SECURITY"])
+        assert block["enabled"] and not block["grpc_tls"] and block["key_file"].startswith("/etc/m1flow/kafka-user/")
+        user = next(v for v in spec["volumes"] if v["name"] == "kafka-user")
+        assert user["secret"]["secretName"] == f"m1flow-{name.removesuffix('-worker')}"
+        assert "m1flow-kafka-kafka-bootstrap:9093" in json.dumps(spec)
+    for scaled in by_kind(docs, "ScaledObject").values():
+        for trigger in scaled["spec"]["triggers"]:
+            if trigger["type"] == "kafka":
+                assert trigger["metadata"]["tls"] == "enable"
+                assert trigger["authenticationRef"] == {"name": "m1flow-kafka-tls"}
+    refs = by_kind(docs, "TriggerAuthentication")["m1flow-kafka-tls"]["spec"]["secretTargetRef"]
+    assert {(r["parameter"], r["name"]) for r in refs} == {
+        ("ca", "m1flow-kafka-cluster-ca-cert"), ("cert", "m1flow-keda"), ("key", "m1flow-keda")}
+
+
 def test_the_service_settings_are_the_files_that_compose_reads(default):
     """One source of truth: the chart's ConfigMap is files/service.env, which docker-compose.yml
     reads as env_file (tests/cluster/test_compose_files.py checks compose's side)."""
@@ -305,6 +349,8 @@ def test_source_gets_its_config_only_when_given(with_source):
     ({"kafka.topics.replicationFactor": 3, "kafka.strimzi.replicas": 1},
      "kafka.topics.replicationFactor (3) exceeds the brokers (kafka.strimzi.replicas = 1)"),
     ({"learner.batchGroups": 2}, "learner.batchGroups (2) cannot feed 8 ranks"),
+    ({"security.enabled": True, "kafka.mode": "external", "kafka.external.bootstrap": "k:9093"},
+     "security.enabled makes a Strimzi KafkaUser per service: it needs kafka.mode strimzi"),
 ])
 def test_values_that_cannot_work_fail_to_render(helm, values, message):
     out = template(helm, values, check=False)

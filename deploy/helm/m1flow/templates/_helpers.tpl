@@ -49,7 +49,7 @@ learner: {health: m1flow.v1.LearnerService, group: m1flow-learner, topic: scored
 {{- if eq .Values.kafka.mode "external" -}}
 {{- required "kafka.mode is external: set kafka.external.bootstrap to the cluster's host:port (e.g. kafka-bootstrap.kafka.svc:9092)" .Values.kafka.external.bootstrap -}}
 {{- else -}}
-{{- printf "%s-kafka-bootstrap:9092" (include "m1flow.kafkaCluster" .) -}}
+{{- printf "%s-kafka-bootstrap:%d" (include "m1flow.kafkaCluster" .) (ternary 9093 9092 .Values.security.enabled) -}}
 {{- end -}}
 {{- end -}}
 
@@ -200,4 +200,38 @@ livenessProbe:
 {{/* The Secret holding the monitor's access token: the user's, or the one this chart makes. */}}
 {{- define "m1flow.monitorAccessSecret" -}}
 {{- .Values.monitor.accessTokenSecret | default (printf "%s-monitor-access" (include "m1flow.fullname" .)) -}}
+{{- end -}}
+
+{{/* Kafka over mutual TLS (security.enabled): the principal's KafkaUser Secret (user.crt, user.key)
+and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, never key material).
+(dict "root" $ "name" "reward") */}}
+{{- define "m1flow.kafkaUser" -}}
+{{- printf "%s-%s" (include "m1flow.fullname" .root) .name -}}
+{{- end -}}
+
+{{- define "m1flow.securityEnv" -}}
+{{- if .root.Values.security.enabled }}
+- name: M1FLOW_SECURITY
+  value: {{ dict "enabled" true "grpc_tls" false "ca_file" "/etc/m1flow/kafka-ca/ca.crt" "cert_file" "/etc/m1flow/kafka-user/user.crt" "key_file" "/etc/m1flow/kafka-user/user.key" | toJson | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "m1flow.securityMounts" -}}
+{{- if .root.Values.security.enabled }}
+- {name: kafka-user, mountPath: /etc/m1flow/kafka-user, readOnly: true}
+- {name: kafka-ca, mountPath: /etc/m1flow/kafka-ca, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "m1flow.securityVolumes" -}}
+{{- if .root.Values.security.enabled }}
+- name: kafka-user
+  secret:
+    secretName: {{ include "m1flow.kafkaUser" . }}
+    defaultMode: 0400
+- name: kafka-ca
+  secret:
+    secretName: {{ include "m1flow.kafkaCluster" .root }}-cluster-ca-cert
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
 {{- end -}}
