@@ -30,6 +30,7 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.mamba.linear.base import LinearAttention
 from vllm.model_executor.layers.mamba.linear import minimax_linear_attn  # noqa: F401  (registers torch.ops.vllm.linear_attention)
 from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator, MambaStateShapeCalculator
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.interfaces import HasInnerState, IsHybrid
 
 from kernels.lightning_attn import lightning_attn, lightning_attn_decode
@@ -219,13 +220,17 @@ class MiniMaxM1VllmForCausalLM(nn.Module, HasInnerState, IsHybrid):
     # ---- weights --------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """The checkpoint's tensors by name (also what reload_weights streams in); an unknown name
-        is an error, as it is for the native model."""
+        is an error, as it is for the native model. Each goes through its parameter's
+        `weight_loader`, vLLM's convention: an in-place reload puts the layers on the meta device and
+        wraps those loaders to materialise each layer once its tensors are in, so a plain copy into
+        the parameter would land in a meta tensor and the old weights would be put back."""
         params = dict(self.named_parameters())
         loaded = set()
         for name, tensor in weights:
             if name not in params:
                 raise KeyError(f"checkpoint tensor {name} has no place in {type(self).__name__}")
-            params[name].data.copy_(tensor)
+            param = params[name]
+            getattr(param, "weight_loader", default_weight_loader)(param, tensor)
             loaded.add(name)
         if self.config.tie_word_embeddings:
             loaded.add("lm_head.weight")

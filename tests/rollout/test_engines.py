@@ -134,8 +134,6 @@ def test_vllm_batches_groups_in_flight_and_samples_reproducibly(vllm_engine, vll
 
 
 def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, vllm_policy, tmp_path):
-    if vllm_policy.name.startswith("hybrid"):
-        pytest.xfail("known gap (issue 23): the repetition truncation processor does not stop the hybrid under vLLM yet (CI: 1 stop of 3)")
     loop = looping_copy(vllm_policy, tmp_path / "loop")
     vllm_engine.load(policy(vllm_engine.version + 1, loop))
     results = run(vllm_engine, PROMPTS[:4], n=4, window=40, early_stop_run=6)
@@ -149,8 +147,6 @@ def test_vllm_truncates_a_looping_model_in_the_engine(vllm_engine, vllm_policy, 
 
 
 def test_vllm_reload_changes_versions_and_outputs_in_place(vllm_engine, vllm_policy, tmp_path):
-    if vllm_policy.name.startswith("hybrid"):
-        pytest.xfail("known gap (issue 23): reload_weights does not reach the hybrid's out-of-tree layers yet: outputs unchanged after a reload")
     engine_before = vllm_engine.engine
     base = vllm_engine.version + 1
     vllm_engine.load(policy(base, vllm_policy))
