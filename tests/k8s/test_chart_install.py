@@ -137,9 +137,11 @@ SERVER_CASES = {
         {"kafka.mode": "external", "kafka.external.bootstrap": "kafka.example:9092", "learner.kind": "Job",
          "rollout.autoscaling.enabled": False, "reward.autoscaling.enabled": False,
          "sandbox.autoscaling.enabled": False}, ("job.batch", "statefulset.apps")),
-    "Kafka over mTLS with ACLs": ({"security.enabled": True, "source.sources": [{"name": "arith", "generator": "arith"}]},
-                                  ("kafkauser.kafka.strimzi.io", "triggerauthentication.keda.sh",
-                                   "kafka.kafka.strimzi.io", "scaledobject.keda.sh")),
+    "Kafka over mTLS with ACLs, NetworkPolicies": (
+        {"security.enabled": True, "networkPolicy.enabled": True,
+         "source.sources": [{"name": "arith", "generator": "arith"}]},
+        ("kafkauser.kafka.strimzi.io", "triggerauthentication.keda.sh", "kafka.kafka.strimzi.io",
+         "scaledobject.keda.sh", "networkpolicy.networking.k8s.io")),
 }
 
 

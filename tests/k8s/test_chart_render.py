@@ -316,6 +316,27 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
         ("ca", "m1flow-kafka-cluster-ca-cert"), ("cert", "m1flow-keda"), ("key", "m1flow-keda")}
 
 
+def test_network_policies_let_only_reward_reach_the_sandbox(helm, default):
+    assert not by_kind(default, "NetworkPolicy")  # off by default: a CNI must enforce them
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    docs = objects(helm, {"networkPolicy.enabled": True, "networkPolicy.metricsFrom": peers})
+    policies = by_kind(docs, "NetworkPolicy")
+    assert set(policies) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "sandbox", "monitor", "learner")}
+
+    def rule(name: str, port: int) -> dict:
+        (found,) = [r for r in policies[f"m1flow-{name}"]["spec"]["ingress"] if r["ports"][0]["port"] == port]
+        return found
+
+    release = {"app.kubernetes.io/name": "m1flow", "app.kubernetes.io/instance": "m1flow"}
+    assert rule("sandbox", 50051)["from"] == [{"podSelector": {"matchLabels": {**release, "app.kubernetes.io/component": "reward"}}}]
+    assert rule("reward", 50051)["from"] == [{"podSelector": {"matchLabels": release}}]
+    assert rule("learner", 29500)["from"] == [{"podSelector": {"matchLabels": {**release, "app.kubernetes.io/component": "learner"}}}]
+    assert rule("rollout", 9100)["from"] == peers and "from" not in rule("monitor", 8080)  # dashboard: any (token)
+    for name, policy in policies.items():  # each selects exactly its own pods
+        component = policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        assert name == f"m1flow-{component}"
+
+
 def test_the_service_settings_are_the_files_that_compose_reads(default):
     """One source of truth: the chart's ConfigMap is files/service.env, which docker-compose.yml
     reads as env_file (tests/cluster/test_compose_files.py checks compose's side)."""
