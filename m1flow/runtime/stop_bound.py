@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 EXIT_CODE = 75  # EX_TEMPFAIL: stopped before its work was committed; the committed offsets replay it
+LOG_GRACE_S = 1.0
 
 
 class StopBound:
@@ -63,7 +64,13 @@ class StopBound:
 
     def _wait(self) -> None:
         time.sleep(self.after_s)
+        # Saying why takes a logging handler's lock, which a thread stuck mid-write may hold: the
+        # exit does not wait on it longer than LOG_GRACE_S (each handler flushes as it writes).
+        said = threading.Thread(target=self._say, name="stop-bound-log", daemon=True)
+        said.start()
+        said.join(LOG_GRACE_S)
+        self.exit(EXIT_CODE)
+
+    def _say(self) -> None:
         log.error("graceful stop not finished after %gs (broker away?): exiting; uncommitted work "
                   "is consumed again from the committed offsets", self.after_s)
-        logging.shutdown()
-        self.exit(EXIT_CODE)

@@ -2,6 +2,8 @@
 terminationGracePeriodSeconds); what it could not commit is consumed again when the broker returns."""
 from __future__ import annotations
 
+import io
+import logging
 import signal
 import subprocess
 import sys
@@ -31,6 +33,20 @@ def test_the_bound_exits_once_after_its_time():
     assert called.wait(5)
     time.sleep(0.2)
     assert codes == [EXIT_CODE]
+
+
+def test_the_bound_exits_while_a_logging_handler_is_stuck():
+    handler = logging.StreamHandler(io.StringIO())
+    logger = logging.getLogger("m1flow.runtime.stop_bound")
+    logger.addHandler(handler)
+    handler.acquire()  # a thread stuck mid-write holds the handler's lock
+    try:
+        called = threading.Event()
+        StopBound(0.05, exit=lambda code: called.set()).arm()
+        assert called.wait(10), "the exit waited on the log line"
+    finally:
+        handler.release()
+        logger.removeHandler(handler)
 
 
 def test_the_signal_arms_the_bound_while_the_main_thread_is_blocked_in_c():
