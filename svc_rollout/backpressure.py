@@ -73,6 +73,10 @@ class Backpressure:
         self.consumed_per_step = consumed if self.consumed_per_step is None else (
             (1 - STEP_SMOOTHING) * self.consumed_per_step + STEP_SMOOTHING * consumed)
         self.batch_groups = max(batch_groups, math.ceil(self.consumed_per_step))
+        # What that step consumed has left the backlog: count it now, not at the next lag reading
+        # (up to refresh_s away), so room opens as soon as the learner can take the next batch. The
+        # learner commits right after announcing; a reading caught between the two only holds back.
+        self.downstream = max(0.0, self.downstream - consumed)
 
     def produced(self, groups: int = 1) -> None:
         """Groups this replica just published: counted downstream until the next reading includes them."""
