@@ -43,10 +43,17 @@ class StopBound:
         writer.setblocking(False)
         signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._sockets = (reader, writer)  # kept open for the life of the process
+        # a forked child shares the socket: its own SIGTERM must not stop this process
+        os.register_at_fork(after_in_child=self._forget_in_child)
         for sig in wanted:  # a Python handler must be set for the C one to be: the reader does the work
             signal.signal(sig, lambda *_: on_stop())
         threading.Thread(target=self._read, args=(reader, wanted, on_stop), name="stop-signals",
                          daemon=True).start()
+
+    def _forget_in_child(self) -> None:
+        signal.set_wakeup_fd(-1)
+        for sock in self._sockets:
+            sock.close()
 
     def _read(self, reader: socket.socket, wanted: set[int], on_stop: Callable[[], None]) -> None:
         while data := reader.recv(64):

@@ -69,6 +69,26 @@ def test_the_signal_arms_the_bound_while_the_main_thread_is_blocked_in_c():
     assert took < 15, f"exited after {took:.1f}s: the bound waited for the main thread"
 
 
+def test_a_forked_childs_signal_does_not_stop_the_parent():
+    """The wakeup socket is inherited by fork: a child's own SIGTERM must stay the child's."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        from m1flow.runtime.stop_bound import StopBound
+        stop = threading.Event()
+        StopBound(0).install(stop.set)
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.5)
+        os._exit(1 if stop.is_set() else 0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True, text=True)
+    assert proc.returncode == 0, f"the child's SIGTERM stopped the parent: {proc.stderr}"
+
+
 def test_zero_waits_forever_and_the_default_fits_a_pods_grace_period():
     bound = StopBound(0, exit=lambda code: pytest.fail("exited"))
     bound.arm()
