@@ -86,9 +86,9 @@ def read_token(path: Path) -> str:
 def token_from_http(headers, query: str) -> tuple[str | None, bool]:  # noqa: ANN001 - http.client.HTTPMessage
     """The token a request presents, and whether it came in the URL (the page then sets the cookie and
     sends the browser on without it, so the token stays out of its history)."""
-    auth = headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        return auth[len("Bearer "):].strip(), False
+    auth = bearer(headers.get("Authorization", ""))
+    if auth is not None:
+        return auth, False
     in_url = parse_qs(query).get("token")
     if in_url:
         return in_url[0], True
@@ -105,9 +105,14 @@ def cookie_header(token: AccessToken) -> str:
 
 def token_from_grpc(context: grpc.ServicerContext) -> str | None:
     for key, value in context.invocation_metadata():
-        if key == "authorization" and value.startswith("Bearer "):
-            return value[len("Bearer "):].strip()
+        if key == "authorization" and (token := bearer(value)) is not None:
+            return token
     return None
+
+
+def bearer(value: str) -> str | None:
+    """The token of an `authorization: Bearer <token>` value (HTTP header or gRPC metadata)."""
+    return value[len("Bearer "):].strip() if value.startswith("Bearer ") else None
 
 
 def client_metadata(token: str | None = None) -> tuple[tuple[str, str], ...]:

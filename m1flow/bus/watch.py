@@ -52,7 +52,7 @@ class TopicWatcher:
         out: list[Message] = []
         try:
             fetched = self.consumer.poll(timeout_ms, 500)
-        except ClientError as exc:  # both clients' poll say a failed round trip so
+        except ClientError as exc:  # what both consumers' poll raise for a failed round trip
             raise WatchError(f"polling {', '.join(self.specs)}: {exc}") from exc
         for (topic, partition), records in fetched.items():
             for rec in records:

@@ -199,7 +199,9 @@ class Cluster:
     def access_token(self) -> str:
         """The token the monitor made for its dashboard and Monitor.Report (they listen on the
         containers' network, beyond loopback: svc_monitor/access.py), read from the run volume."""
-        out = self.compose("exec", "-T", "svc_monitor", "cat", "/data/run/access_token", capture=True, light=True)
+        from svc_monitor.access import TOKEN_FILE
+
+        out = self.compose("exec", "-T", "svc_monitor", "cat", f"/data/run/{TOKEN_FILE}", capture=True, light=True)
         return out.stdout.strip()
 
     def status_table(self) -> str:
