@@ -28,6 +28,12 @@ COPY requirements.txt .
 RUN --mount=type=secret,id=ca_bundle \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi; \
     pip install --progress-bar off ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} -r requirements.txt
+# Secure mode's identities and the learner's announcement signatures (m1flow/security) need
+# cryptography, which requirements.txt does not name (the host's venv has it only as another
+# package's dependency); the venv's version, in a layer of its own so that the one above stays cached.
+RUN --mount=type=secret,id=ca_bundle \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi; \
+    pip install --progress-bar off cryptography==50.0.2
 
 # The trust store containers use when the cluster is given one (docker/entrypoint.sh).
 COPY docker/entrypoint.sh /usr/local/bin/m1flow-entrypoint

@@ -39,10 +39,10 @@ proto:
 demo: setup
 	$(PY) -m m1flow demo --minutes $${MINUTES:-4}
 
+# setup, docker and s3, then pytest while the k8s tier builds in the background (scripts/test.sh).
 # The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.
-test: setup docker k8s s3
-	@export M1FLOW_SANDBOX_BASE="$${M1FLOW_SANDBOX_BASE:-$$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"; \
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+test:
+	@PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh
 
 up: setup
 	$(PY) -m m1flow up

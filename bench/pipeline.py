@@ -136,7 +136,8 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
     root = Path(tempfile.mkdtemp(prefix="m1flow-bench-inproc-"))
     draw = records()
     phases = dict.fromkeys(("generate", "score", "train", "checkpoint + reload"), 0.0)
-    out.update(steps=0, seconds=0.0, phases=phases, accuracy=0.0, skipped=0, groups_scored=0)
+    decoded: list[int] = []  # sequences each engine step decoded together
+    out.update(steps=0, seconds=0.0, phases=phases, accuracy=0.0, skipped=0, groups_scored=0, decoded=decoded)
     correct = samples = asked = 0
     me = psutil.Process()
     cpu_before = cpu_seconds(me)
@@ -154,6 +155,7 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
                     asked += 1
                 results = []
                 while engine.in_flight():
+                    decoded.append(min(engine.sequences_in_flight(), engine.capacity))
                     results += engine.step()
                 t_gen = time.perf_counter()
                 for result in results:
@@ -217,6 +219,22 @@ def learner_skips(bootstrap: str) -> dict[str, int]:
             reason = (v.get("labels") or {}).get("reason", "?")
             skips[reason] = max(skips.get(reason, 0), int(float(v.get("value", 0))))
     return skips
+
+
+def step_sequences(metrics_port: int | None) -> tuple[float, int] | None:
+    """(mean sequences per engine step, engine steps) from the rollout's /metrics histogram."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not metrics_port:
+        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+        text = page.read().decode()
+    found = {s.name: s.value for f in text_string_to_metric_families(text) if f.name == "m1flow_rollout_step_sequences"
+             for s in f.samples}
+    count = int(found.get("m1flow_rollout_step_sequences_count", 0))
+    return (found.get("m1flow_rollout_step_sequences_sum", 0.0) / count if count else 0.0), count
 
 
 def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None:
@@ -288,6 +306,10 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
                 out["dropped_stale"] = sum(int(float(v.get("stats", {}).get("samples_left_out_stale", 0)))
                                            for v in policy_log)
                 out["skips"] = learner_skips(stack.bootstrap)
+                out["learner_s"] = [(float(v.get("stats", {}).get("wait_s", 0)), float(v.get("stats", {}).get("step_s", 0)))
+                                    for v in sorted(policy_log, key=lambda v: int(v.get("version", 0)))
+                                    if int(v.get("version", 0)) >= 1]
+                out["decoded"] = step_sequences(stack.get("rollout").info().get("metrics_port"))
         except Exception as exc:  # noqa: BLE001 - the clean-up below matters more than these numbers
             print(f"(services: reading the topics after the run failed: {exc})", file=sys.stderr)
         finally:
@@ -324,6 +346,17 @@ def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
               f"({kafka['seconds_with_start']:.1f}s from the source's launch, its start-up included); "
               f"seconds per step {', '.join(f'{g:.1f}' for g in gaps)} (first: prompt to v1); in process "
               f"{local.get('seconds', 0) / max(local.get('steps', 0), 1):.1f} s per step")
+    if kafka.get("learner_s"):
+        waits, steps = zip(*kafka["learner_s"])
+        print(f"services: the learner waited for its batch {', '.join(f'{w:.2f}' for w in waits)} s and stepped "
+              f"(update + checkpoint) {', '.join(f'{s:.2f}' for s in steps)} s; in process a step's train + "
+              f"checkpoint {(local.get('phases', {}).get('train', 0) + local.get('phases', {}).get('checkpoint + reload', 0)) / max(local.get('steps', 0), 1):.2f} s")
+    local_decoded = local.get("decoded") or []
+    if local_decoded or kafka.get("decoded"):
+        mean, count = kafka.get("decoded") or (0.0, 0)
+        print(f"engine steps (each decodes a batch to completion): in process {len(local_decoded)}, "
+              f"{sum(local_decoded) / max(len(local_decoded), 1):.1f} sequences each; services {count}, "
+              f"{mean:.1f} sequences each (capacity {args.batch * args.group})")
     print("\n| where the time goes | seconds | occupancy (CPU s / wall s) |")
     print("|---|---|---|")
     wall = kafka.get("wall", 0.0)

@@ -16,6 +16,8 @@
 #   env     print export lines (KUBECONFIG, PATH with kubectl, kwok and helm)
 #   status  which components run, and the recorded timings
 #
+# `build` and `crds` hold $CACHE/build.lock: a second build waits for the first (scripts/test.sh).
+#
 # Idempotent: `build` and `crds` skip what exists, `up` skips components whose pid is alive.
 # A failed `up` stops what that call started. Every compile runs under `nice -n 19`.
 set -euo pipefail
@@ -144,13 +146,13 @@ build_helm() {
 cmd_build() {
   need_go
   local s c; s=$(date +%s)
+  build_helm   # first: the chart's render tests need only helm (tests/k8s/chart.py finds it cached)
   install_etcd
   [[ -f $CACHE/src/kubernetes-$K8S_VERSION/.prepared ]] || timed "prepare-src-$K8S_VERSION" prepare_src
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [[ -x $BIN/$c ]] || timed "build-$c-$K8S_VERSION" build_k8s "$c"
   done
   [[ -x $(kwok_bin) ]] || timed "build-kwok-$KWOK_VERSION" go_install "$TOOLS/kwok-$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  build_helm
   echo "$(date -u +%FT%TZ) build $(($(date +%s) - s))s" >>"$TIMINGS"
   log "build done in $(($(date +%s) - s))s: $BIN, $(kwok_bin), $(helm_bin)"
 }
@@ -379,7 +381,23 @@ cmd_status() {
 
 usage() { echo "usage: $0 {build|crds|up|down|env|status}..." >&2; exit 2; }
 
+# One build at a time: `make test` runs `build crds` in the background while the other tiers run,
+# and tests/k8s/conftest.py's own `build crds` waits here for it (then finds everything cached).
+build_lock() {
+  [[ -n ${BUILD_LOCKED:-} ]] && return
+  mkdir -p "$CACHE"
+  exec {BUILD_LOCK_FD}>"$CACHE/build.lock"
+  if ! flock -n "$BUILD_LOCK_FD"; then
+    log "another build holds $CACHE/build.lock: waiting for it"
+    flock "$BUILD_LOCK_FD"
+  fi
+  BUILD_LOCKED=1
+}
+
 (($#)) || usage
+for c in "$@"; do
+  case $c in build|crds) build_lock ;; esac
+done
 for c in "$@"; do
   case $c in
     build) cmd_build ;; crds) cmd_crds ;; up) cmd_up ;; down) cmd_down ;;

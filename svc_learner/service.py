@@ -47,6 +47,7 @@ class ScoredHandler(HandlerBase):
         self.source_labels = SourceKindLabels()
         self.last_input = time.monotonic()
         self.next_lag_check = 0.0
+        self.step_ended = time.monotonic()  # learner/wait_s: from here to the next full batch
 
     def handle(self, group: events.ScoredGroup, record: Record, ctx: Context) -> None:
         self.last_input = time.monotonic()
@@ -94,10 +95,14 @@ class ScoredHandler(HandlerBase):
         self.records = []
         offsets = ctx.committable()
         trainer = self.service.trainer
+        started = time.monotonic()
         try:
             stats = trainer.step(selected, offsets, self.skipped_since_step)
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
+        # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself
+        stats["wait_s"], stats["step_s"] = started - self.step_ended, time.monotonic() - started
+        self.step_ended = time.monotonic()
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
         version = trainer.state.version

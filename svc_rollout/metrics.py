@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 TOKENS = Counter("m1flow_rollout_tokens_total", "tokens generated")
 GROUPS = Counter("m1flow_rollout_groups_total", "groups generated")
@@ -15,6 +15,8 @@ REQUESTS_IN_FLIGHT = Gauge("m1flow_rollout_requests_in_flight", "sequences (samp
 OCCUPANCY = Gauge("m1flow_rollout_batch_occupancy", "sequences in flight / sequences the engine decodes together")
 RELOAD_S = Gauge("m1flow_rollout_reload_seconds", "time the last policy load took")
 VERSIONS_AHEAD = Gauge("m1flow_rollout_versions_ahead", "learner steps of groups waiting before a new one is trained")
+STEP_SEQUENCES = Histogram("m1flow_rollout_step_sequences", "sequences one engine step decodes together",
+                           buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
 PAUSED = Gauge("m1flow_rollout_paused", "1 while prompts are not admitted (control pause, backpressure, reload)")
 
 

@@ -146,7 +146,7 @@ class RolloutService(Service):
 
     def apply(self, messages: list) -> None:
         """Take the newest announced policy and the control commands, in order; load a due policy
-        once nothing is in flight."""
+        once no group is part-way decoded (a batch engine's queued groups then take the new one)."""
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
                 if msg.batch_groups:
@@ -160,7 +160,7 @@ class RolloutService(Service):
                 self.paused = True
             elif msg.HasField("resume"):
                 self.paused = False
-        if self.engine.in_flight() == 0 and self.policy.load_if_due(self.engine):
+        if self.engine.decoding() == 0 and self.policy.load_if_due(self.engine):
             metrics.RELOAD_S.set(self.engine.last_reload_s)
             self.reloaded.append((self.engine.version, self.engine.last_reload_s))
 
@@ -210,6 +210,7 @@ class RolloutService(Service):
         finished: list[GroupResult] = []
         deadline = time.monotonic() + self.config.engine_slice_s
         while self.engine.in_flight():
+            metrics.STEP_SEQUENCES.observe(min(self.engine.sequences_in_flight(), self.engine.capacity))
             finished += self.engine.step()
             room = self.engine.in_flight() < self.config.max_inflight_groups
             if time.monotonic() >= deadline or (finished and room):  # refill the batch promptly
@@ -261,8 +262,8 @@ class RolloutService(Service):
         self.backpressure.refresh()
         if self.paused:
             return 0, "paused by control"
-        if self.policy.due(self.engine.version):
-            return 0, f"finishing the groups in flight before loading policy v{self.policy.wanted.version}"
+        if self.engine.decoding() and self.policy.due(self.engine.version):
+            return 0, f"finishing the groups part-way decoded before loading policy v{self.policy.wanted.version}"
         room = self.config.max_inflight_groups - in_flight
         ahead = self.backpressure.room(in_flight)
         if ahead is not None and ahead < max(room, 1):
@@ -292,8 +293,8 @@ class RolloutService(Service):
         refreshed_at = 0.0
         while not self.stop.is_set():
             now = time.monotonic()
-            # an engine with groups in flight steps many times a second and loads no policy until
-            # they finish: it reads `policy` and `control` at most every REFRESH_BUSY_S
+            # an engine with groups in flight steps many times a second: it reads `policy` and
+            # `control` at most every REFRESH_BUSY_S
             if self.engine.in_flight() == 0 or now - refreshed_at >= REFRESH_BUSY_S:
                 self.refresh()
                 refreshed_at = now

@@ -21,6 +21,12 @@ from tests.policies import hybrid_policy, qwen2_policy  # noqa: F401  (fixtures)
 from tests.sandbox.fixtures import jail_sandbox  # noqa: F401  (fixture)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Kubernetes tier runs last: on a cold machine `make test` builds its binaries in the
+    background meanwhile (scripts/test.sh), and its fixture waits for that build."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/k8s/"))
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory):
     node = Broker(tmp_path_factory.mktemp("kafka"))

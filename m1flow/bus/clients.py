@@ -304,7 +304,7 @@ class ConfluentConsumer:
         from confluent_kafka import KafkaException
 
         try:
-            messages = self._c.consume(num_messages=max_records, timeout=timeout_ms / 1000)
+            messages = self._fetch(timeout_ms, max_records)
         except KafkaException as exc:
             if _refused(exc.args[0]):
                 raise NotAuthorized(f"not authorized by the broker's ACLs: {exc.args[0]}") from exc
@@ -325,6 +325,19 @@ class ConfluentConsumer:
             out.setdefault(tp, []).append(Fetched(msg.offset(), msg.key(), msg.value(), ts))
             self._positions[tp] = msg.offset() + 1
         return out
+
+    def _fetch(self, timeout_ms: int, max_records: int) -> list:
+        """Up to max_records messages, returning as soon as one is there. librdkafka's consume(n, t)
+        waits out the whole timeout unless n messages arrive (measured: 1.0 s for a message that came
+        after 0.05 s), which put a poll interval of latency on every hop of the pipeline; poll()
+        returns with the first message, and consume(n, 0) then takes what has arrived with it."""
+        messages = self._c.consume(num_messages=max_records, timeout=0)
+        if messages or timeout_ms <= 0:
+            return messages
+        first = self._c.poll(timeout_ms / 1000)
+        if first is None:
+            return []
+        return [first, *self._c.consume(num_messages=max_records - 1, timeout=0)] if max_records > 1 else [first]
 
     def assignment(self) -> set[TP]:
         """From the rebalance callbacks and assign(), not librdkafka's assignment(): the worker asks

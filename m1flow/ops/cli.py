@@ -380,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from kafka.errors import KafkaError, KafkaTimeoutError
 
-    if not args.bootstrap and _broker(args).secrets is not None:  # the operator acts as the admin principal
-        from m1flow.security.config import activate
+    from m1flow.security.config import activate, from_env
 
+    if os.environ.get("M1FLOW_SECURITY"):  # an operator's own identity (a cluster's admin certificate)
+        activate(from_env())
+    elif not args.bootstrap and _broker(args).secrets is not None:  # the local stack's admin principal
         activate(_broker(args).admin_security)
     try:
         return args.func(args) or 0

@@ -1,5 +1,6 @@
 """`m1flow cluster up|status|down`: the mini-cluster of docker-compose.yml, with the images chosen
-for this machine and a status table.
+for this machine and a status table; `--secure` adds docker-compose.secure.yml (TLS with a
+certificate per container and the ACLs: m1flow/ops/cluster_secure.py, docs/security.md).
 
 `docker compose up` alone works where the public images can be pulled. This command also makes the
 engine answer (scripts/docker_engine.sh), picks local stand-in images where no registry answers
@@ -15,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from pydantic import BaseModel, Field
 
 from m1flow.bus.topics import TopicLayout
 from m1flow.ops import ROOT
+from m1flow.security import config as security
+from m1flow.security.config import SecurityConfig
 
 SCRIPTS = ROOT / "scripts"
 # The image's heavy layers (system packages, pip requirements) are built from these files.
@@ -50,6 +55,14 @@ class ClusterConfig(BaseModel):
     torch_index: str = Field("", description="extra pip index for torch, e.g. the CPU wheels")
     service_env: dict[str, str] = Field(default_factory=dict,
                                         description="further M1FLOW_<FIELD> settings for every service")
+    secure: bool = Field(False, description="add docker-compose.secure.yml: the broker over TLS with client "
+                         "certificates and ACLs, each container its own identity (docs/security.md)")
+    secrets_dir: str = Field("", description="host folder of the secure cluster's CA and identities "
+                             "(default: $M1FLOW_CACHE/docker/<project>-secrets)")
+
+    @property
+    def secrets_path(self) -> Path:
+        return Path(self.secrets_dir).resolve() if self.secrets_dir else _state_dir() / f"{self.project}-secrets"
 
     def compose_env(self) -> dict[str, str]:
         env = {"M1FLOW_KAFKA_PORT": str(self.kafka_port), "M1FLOW_MONITOR_PORT": str(self.monitor_port),
@@ -64,6 +77,8 @@ class ClusterConfig(BaseModel):
         bundle = self.ca_bundle or next((os.environ[v] for v in CA_BUNDLE_VARS if os.environ.get(v)), "")
         if bundle:
             env["M1FLOW_CA_BUNDLE"] = bundle
+        if self.secure:
+            env["M1FLOW_SECRETS_DIR"] = str(self.secrets_path)
         return env
 
 
@@ -92,6 +107,30 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return f"localhost:{self.config.kafka_port}"
+
+    @property
+    def admin_security(self) -> SecurityConfig | None:
+        """The operator's identity on a secure cluster (None in plaintext): what feed, status and
+        policy_version connect to localhost:<kafka_port> as."""
+        if not self.config.secure:
+            return None
+        from m1flow.ops.cluster_secure import identity
+
+        return identity(self.config.secrets_path, "admin")
+
+    @contextmanager
+    def operator(self) -> Iterator[None]:
+        """Within: the library's Kafka clients act as `admin` on a secure cluster (restored after)."""
+        block = self.admin_security
+        if block is None:
+            yield
+            return
+        before = security.current()
+        security.activate(block)
+        try:
+            yield
+        finally:
+            security.activate(before)
 
     # ---------------------------------------------------------------- set-up
     def prepare(self) -> dict[str, str]:
@@ -122,6 +161,8 @@ class Cluster:
         files = ["-f", str(ROOT / "docker-compose.yml")]
         if self.config.gpu:
             files += ["-f", str(ROOT / "docker-compose.gpu.yml")]
+        if self.config.secure:
+            files += ["-f", str(ROOT / "docker-compose.secure.yml")]
         cmd = ["docker", "compose", "-p", self.config.project, *files, *args]
         out = subprocess.run(cmd, cwd=ROOT, env=self._light_env() if light else self.prepare(), text=True,
                              timeout=timeout, capture_output=capture)
@@ -146,17 +187,38 @@ class Cluster:
     # ---------------------------------------------------------------- lifecycle
     def up(self, scale: dict[str, int] | None = None, build: bool = True, timeout_s: float = 900,
            quiet: bool = False) -> None:
-        """Everything up and healthy (compose's --wait), the initial policy included."""
+        """Everything up and healthy (compose's --wait), the initial policy included. Secure: the
+        CA and identities first (made once, reused after), and the mode recorded for the other actions."""
+        if self.config.secure:
+            from m1flow.ops.cluster_secure import make_secrets
+
+            make_secrets(self.config.secrets_path)
+        _record_mode(self.config)
         if build:
             self.build(quiet)
         args = ["up", "-d", "--wait", "--wait-timeout", str(int(timeout_s))]
         for service, count in (scale or {}).items():
             args += ["--scale", f"{service}={count}"]
-        self.compose(*args, capture=True)
+        try:
+            self.compose(*args, capture=True)
+        except ClusterError as exc:  # say why: the last lines of what failed or is unhealthy
+            raise ClusterError(f"{exc}{self._failed_logs()}") from None
+
+    def _failed_logs(self, lines: int = 15) -> str:
+        out = []
+        for c in self.containers():
+            if c.health == "unhealthy" or (c.state == "exited" and "Exited (0)" not in c.status):
+                logs = subprocess.run(["docker", "logs", "--tail", str(lines), c.name], capture_output=True, text=True)
+                out.append(f"\n--- {c.name} ({c.status}):\n{(logs.stdout + logs.stderr).strip()}")
+        return "".join(out)
 
     def down(self, volumes: bool = True) -> None:
+        """Stop and remove the containers (and with `volumes`, the run and broker volumes: then the
+        recorded mode too). A secure cluster's secrets folder stays, for the next `up --secure`."""
         self.compose("down", "--remove-orphans", "-t", "20", *(["-v"] if volumes else []), capture=True,
                      light=True)
+        if volumes:
+            _mode_file(self.config.project).unlink(missing_ok=True)
 
     def feed(self, n: int, seed: int = 1, group_size: int = 8, prefix: str = "arith") -> list[str]:
         """Publish n arithmetic prompts from the host; returns their prompt ids."""
@@ -165,7 +227,7 @@ class Cluster:
         from m1flow.tasks.arith import problems
         from m1flow.warmstart import WarmStartConfig
 
-        producer = Producer(self.bootstrap, "cluster-feed")
+        producer = Producer(self.bootstrap, "cluster-feed", security=self.admin_security)
         try:
             items = problems(seed=seed, n=n, max_operand=WarmStartConfig().max_operand, prefix=prefix)
             return publish(producer, items, group_size=group_size, run_id=self.config.run_id)
@@ -190,8 +252,9 @@ class Cluster:
         from m1flow.ops.topics_io import read_range
 
         try:
-            versions = [int(r["value"].get("version", 0)) for r in read_range(self.bootstrap, "policy")
-                        if "value" in r]
+            with self.operator():
+                versions = [int(r["value"].get("version", 0)) for r in read_range(self.bootstrap, "policy")
+                            if "value" in r]
         except Exception:  # noqa: BLE001 - a status table must show a broker that is down, not die of it
             return None
         return max(versions, default=0)
@@ -208,7 +271,8 @@ class Cluster:
         containers = self.containers()
         broker_up = any(c.service == "kafka" and c.state == "running" for c in containers)
         version = self.policy_version() if broker_up else None
-        lines = [f"project {self.config.project}   broker {self.bootstrap}   "
+        mode = f" (TLS as admin, {self.config.secrets_path})" if self.config.secure else ""
+        lines = [f"project {self.config.project}   broker {self.bootstrap}{mode}   "
                  f"policy {('v' + str(version)) if version is not None else 'unknown (broker down)'}",
                  f"monitor Monitor.Report 127.0.0.1:{self.config.monitor_port}   "
                  f"dashboard http://127.0.0.1:{self.config.dashboard_port}/?token=<token> "
@@ -227,9 +291,34 @@ def image_key(base_image: str) -> str:
     return digest.hexdigest()[:12]
 
 
+def _state_dir() -> Path:
+    """Where `m1flow cluster` keeps what it makes on the host, outside the checkout."""
+    return Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow")) / "docker"
+
+
+def _mode_file(project: str) -> Path:
+    return _state_dir() / f"{project}.secure"
+
+
+def _record_mode(config: ClusterConfig) -> None:
+    """A secure `up` leaves its secrets folder's path for status, token and down; a plaintext one clears it."""
+    path = _mode_file(config.project)
+    if config.secure:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(config.secrets_path) + "\n")
+    else:
+        path.unlink(missing_ok=True)
+
+
+def recorded_secrets(project: str) -> str | None:
+    """The secrets folder of the project's last `up` when it was secure, else None."""
+    path = _mode_file(project)
+    return path.read_text().strip() if path.exists() else None
+
+
 def _env_file(project: str, values: dict[str, str]) -> Path:
     """The settings as a compose env file, kept outside the checkout (one per project)."""
-    path = Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow")) / "docker" / f"{project}.env"
+    path = _state_dir() / f"{project}.env"
     path.parent.mkdir(parents=True, exist_ok=True)
     # single quotes: compose takes the value literally (no $-interpolation)
     path.write_text("".join(f"{key}='{value}'\n" if "'" not in value else f"{key}={value}\n"
@@ -249,6 +338,9 @@ def _script(name: str, extra_env: dict[str, str] | None = None) -> str:
 
 # -------------------------------------------------------------------- CLI
 def _config(args: argparse.Namespace) -> ClusterConfig:
+    secrets = None if args.action == "up" else recorded_secrets(args.project)  # status/token/down follow up's mode
+    if args.secure or secrets is not None:
+        return ClusterConfig(project=args.project, gpu=args.gpu, secure=True, secrets_dir=secrets or "")
     return ClusterConfig(project=args.project, gpu=args.gpu)
 
 
@@ -269,6 +361,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         elif args.action == "token":
             print(cluster.access_token())
             return 0
+        elif args.action == "feed":
+            print(f"published {len(cluster.feed(args.feed or 64))} prompts")
+            return 0
         print(cluster.status_table())
     except ClusterError as exc:
         print(f"m1flow cluster: {exc}", file=sys.stderr)
@@ -278,13 +373,17 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """`m1flow cluster ...` (the hook m1flow/ops/cli.py calls)."""
-    c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, token, down")
-    c.add_argument("action", choices=["up", "status", "token", "down"],
-                   help="token: print the one the dashboard and Monitor.Report require")
+    c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, feed, token, down")
+    c.add_argument("action", choices=["up", "status", "feed", "token", "down"],
+                   help="feed: publish --feed prompts (default 64) from the host; "
+                        "token: print the one the dashboard and Monitor.Report require")
     c.add_argument("--project", default="m1flow", help="compose project name")
     c.add_argument("--gpu", action="store_true", help="with docker-compose.gpu.yml")
+    c.add_argument("--secure", action="store_true",
+                   help="with docker-compose.secure.yml: TLS, a certificate per container, ACLs (status, feed, "
+                        "token and down follow the mode of the last up)")
     c.add_argument("--scale", nargs="*", default=[], help="e.g. svc_reward=3 svc_rollout=3")
     c.add_argument("--no-build", action="store_true", help="use the image as it is")
-    c.add_argument("--feed", type=int, default=0, help="publish this many prompts once up")
+    c.add_argument("--feed", type=int, default=0, help="up: publish this many prompts once up; feed: how many")
     c.add_argument("--volumes", action="store_true", help="down: also delete the run and broker volumes")
     c.set_defaults(func=cmd_cluster)

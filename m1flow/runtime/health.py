@@ -36,12 +36,13 @@ def set_serving(servicer: health.HealthServicer, names: list[str], serving: bool
         servicer.set(name, status)
 
 
-def check(address: str, timeout: float = 2.0, security: SecurityConfig | None = None) -> str:
-    """The health status name of a server, or UNREACHABLE (a TLS server refuses a probe without a certificate)."""
+def check(address: str, timeout: float = 2.0, security: SecurityConfig | None = None, service: str = "") -> str:
+    """The health status name of a server (or of one of its `service`s), or UNREACHABLE (a TLS server
+    refuses a probe without a certificate)."""
     with channel(address, security=security) as channel_:
         stub = health_pb2_grpc.HealthStub(channel_)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError:
             return "UNREACHABLE"
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)

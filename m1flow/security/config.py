@@ -12,10 +12,14 @@ key material, so dumping the config or logging it leaks nothing.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
+
+GRPC_FILES = ("grpc_ca_file", "grpc_cert_file", "grpc_key_file")
 
 
 class SecurityConfig(BaseModel):
@@ -25,8 +29,12 @@ class SecurityConfig(BaseModel):
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
     grpc_allowed_peers: list[str] = Field(default_factory=list, description="principals (certificate CNs) "
                                           "that may call this service's gRPC methods; empty: any from the CA")
-    grpc_tls: bool = Field(True, description="mutual TLS on gRPC too, from the same CA (off: the Helm chart, "
-                           "whose Kafka certificates come from Strimzi's clients CA; NetworkPolicies guard gRPC)")
+    grpc_tls: bool = Field(True, description="mutual TLS on gRPC too (off: plaintext gRPC, where only "
+                           "NetworkPolicies guard it)")
+    grpc_ca_file: Path | None = Field(None, description="the CA gRPC peers chain to, when it is not Kafka's "
+                                      "(the chart: Strimzi's CA signs Kafka identities, the chart's own CA gRPC ones)")
+    grpc_cert_file: Path | None = Field(None, description="this process's gRPC certificate (default: cert_file)")
+    grpc_key_file: Path | None = Field(None, description="its key (default: key_file)")
     checkpoint_roots: list[str] = Field(default_factory=list, description="a replica loads policies only "
                                         "from under these URI prefixes: folders (paths or file://) or "
                                         "s3://bucket/prefix (empty: from anywhere, as on a laptop)")
@@ -46,11 +54,20 @@ class SecurityConfig(BaseModel):
             missing = [n for n in ("ca_file", "cert_file", "key_file") if getattr(self, n) is None]
             if missing:
                 raise ValueError(f"security.enabled needs {', '.join(missing)}")
-            for name in ("ca_file", "cert_file", "key_file"):
+            for name in ("ca_file", "cert_file", "key_file", *GRPC_FILES):
                 path = getattr(self, name)
-                if not Path(path).is_file():
+                if path is not None and not Path(path).is_file():
                     raise ValueError(f"security.{name}: no such file {path}")
+            given = [n for n in GRPC_FILES if getattr(self, n) is not None]
+            if given and len(given) != len(GRPC_FILES):
+                raise ValueError(f"security: {', '.join(GRPC_FILES)} go together (given: {', '.join(given)})")
         return self
+
+    def grpc_identity(self) -> tuple[Path, Path, Path]:
+        """(CA, certificate, key) for gRPC: its own when given, else the Kafka identity's."""
+        if self.grpc_ca_file is not None:
+            return Path(self.grpc_ca_file), Path(self.grpc_cert_file), Path(self.grpc_key_file)
+        return Path(self.ca_file), Path(self.cert_file), Path(self.key_file)
 
     @property
     def grpc_mtls(self) -> bool:
@@ -85,6 +102,13 @@ class SecurityConfig(BaseModel):
 
 
 _active = SecurityConfig()
+
+
+def from_env(environ: Mapping[str, str] = os.environ) -> SecurityConfig:
+    """The block `M1FLOW_SECURITY` (JSON) gives, as a service's config reads it; off when unset. For
+    processes that are not services: a probe in a service's container, an operator's CLI."""
+    text = environ.get("M1FLOW_SECURITY", "").strip()
+    return SecurityConfig.model_validate_json(text) if text else SecurityConfig()
 
 
 def activate(block: SecurityConfig) -> None:

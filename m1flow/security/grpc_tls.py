@@ -11,7 +11,6 @@ loopback, so it would not spare the chart the certificate either.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,9 +26,9 @@ def channel(address: str, options: list[tuple[str, Any]] | None = None,
     block = current(security)
     if not block.grpc_mtls:
         return grpc.insecure_channel(address, options=options)
-    creds = grpc.ssl_channel_credentials(root_certificates=Path(block.ca_file).read_bytes(),
-                                         private_key=Path(block.key_file).read_bytes(),
-                                         certificate_chain=Path(block.cert_file).read_bytes())
+    ca, cert, key = block.grpc_identity()
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(), private_key=key.read_bytes(),
+                                         certificate_chain=cert.read_bytes())
     return grpc.secure_channel(address, creds, options=options)
 
 
@@ -38,8 +37,8 @@ def add_port(server: grpc.Server, address: str, security: SecurityConfig | None 
     block = current(security)
     if not block.grpc_mtls:
         return server.add_insecure_port(address)
-    creds = grpc.ssl_server_credentials([(Path(block.key_file).read_bytes(), Path(block.cert_file).read_bytes())],
-                                        root_certificates=Path(block.ca_file).read_bytes(),
+    ca, cert, key = block.grpc_identity()
+    creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())], root_certificates=ca.read_bytes(),
                                         require_client_auth=True)
     return server.add_secure_port(address, creds)
 

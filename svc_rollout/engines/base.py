@@ -4,8 +4,11 @@ A group is one prompt's n samples. The service submits groups as prompts arrive 
 engine from its loop; each step advances every group in flight and returns those that finished,
 so an engine may batch across prompts and groups (continuous batching in vLLM, a batch of groups
 per step in the others). An engine holds one policy at a time: the service only loads a new one
-when nothing is in flight, so every sample of a group, and every token of a sample, comes from the
-version the group is tagged with.
+when no group is part-way decoded (`decoding`), so every sample of a group, and every token of a
+sample, comes from the version the group is tagged with. A batch engine decodes its groups whole
+within one step, so between steps it has none part-way: its queued groups are decoded with the
+policy loaded by the time their step comes, and tagged with it, and a new policy loads at once
+instead of after the queue drains. vLLM's submitted groups are part-way from the start.
 
 Log-probs are those of the distribution each token was drawn from (temperature, then top-p,
 renormalised: m1flow.sampling), and a completion stops early after `early_stop_run` consecutive
@@ -67,9 +70,9 @@ class Engine(ABC):
         self.policies = store.PolicyCache()  # the service gives it its config and cache directory
 
     def load(self, policy: events.PolicyVersion) -> None:
-        """Take the announced policy (checksum verified); only called with nothing in flight."""
-        if self.in_flight():
-            raise RuntimeError("a policy may only be loaded with no group in flight")
+        """Take the announced policy (checksum verified); only called with no group part-way decoded."""
+        if self.decoding():
+            raise RuntimeError("a policy may only be loaded with no group part-way decoded")
         directory = self.policies.local(policy.checkpoint_uri)  # an s3 policy: downloaded into the cache
         try:
             checkpoint.verify(directory, policy.sha256)
@@ -99,6 +102,11 @@ class Engine(ABC):
     @abstractmethod
     def in_flight(self) -> int:
         """Groups submitted and not yet returned."""
+
+    def decoding(self) -> int:
+        """Groups with tokens sampled already (a new policy waits for them): all in flight, unless
+        the engine says otherwise."""
+        return self.in_flight()
 
     @abstractmethod
     def sequences_in_flight(self) -> int: ...
@@ -146,6 +154,9 @@ class BatchEngine(Engine):
 
     def in_flight(self) -> int:
         return len(self.queue)
+
+    def decoding(self) -> int:
+        return 0  # between steps every group is either finished or not started
 
     def sequences_in_flight(self) -> int:
         return sum(r.n for r in self.queue)

@@ -21,3 +21,17 @@ def docker_engine() -> None:
     if out.returncode == CANNOT:
         pytest.skip(out.stderr.strip().splitlines()[-1])
     assert out.returncode == 0, f"scripts/docker_engine.sh failed:\n{out.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def services_image(docker_engine) -> float:
+    """The services' image, built once for every cluster test module of the session (the plaintext
+    and the secure cluster run the same image); returns the seconds the build took."""
+    import time
+
+    from m1flow.ops.cluster import Cluster, ClusterConfig
+
+    t = time.monotonic()
+    Cluster(ClusterConfig(project="m1flowtestimage")).build(quiet=True)
+    return time.monotonic() - t
+

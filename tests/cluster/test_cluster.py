@@ -18,6 +18,7 @@ import pytest
 
 from m1flow.bus.admin import admin_client
 from m1flow.ops.cluster import Cluster, ClusterConfig
+from tests.cluster.running import running
 from m1flow.contracts import rpc, rpc_grpc
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -50,7 +51,7 @@ def chaos_service_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(docker_engine, tmp_path_factory):
+def cluster(services_image, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("cluster-run")
     config = ClusterConfig(project=f"m1flowtest{os.getpid()}", kafka_port=free_port(), monitor_port=free_port(),
                            dashboard_port=free_port(), run_volume=str(run_dir), batch_groups=BATCH_GROUPS,
@@ -59,19 +60,9 @@ def cluster(docker_engine, tmp_path_factory):
     t = time.monotonic()
     cluster.prepare()
     PHASES["engine, Compose, base images"] = time.monotonic() - t
-    try:
-        t = time.monotonic()
-        cluster.build(quiet=True)
-        PHASES["image build"] = time.monotonic() - t
-        t = time.monotonic()
-        cluster.up(build=False, timeout_s=900)
-        PHASES["up --wait"] = time.monotonic() - t
+    PHASES["image build (session)"] = services_image
+    with running(cluster, PHASES, "cluster test phases"):
         yield cluster
-    finally:
-        t = time.monotonic()
-        cluster.down(volumes=True)
-        PHASES["down -v"] = time.monotonic() - t
-        print("\ncluster test phases:\n" + "\n".join(f"  {name:<30}{s:>7.1f}s" for name, s in PHASES.items()))
 
 
 def wait_version(cluster: Cluster, above: int, timeout: float = 300) -> int:

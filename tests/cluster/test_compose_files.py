@@ -107,3 +107,42 @@ def test_topic_layout_reaches_every_service_only_when_given(compose, docker_engi
     layout = '{"partitions": {"rollouts": 8}}'
     got = config("docker-compose.yml", M1FLOW_TOPICS=layout)
     assert all(got["services"][name]["environment"]["M1FLOW_TOPICS"] == layout for name in SERVICES)
+
+
+def test_secure_override_gives_each_container_only_its_own_identity(docker_engine, tmp_path):
+    """docker-compose.secure.yml: the broker TLS-only with client certificates and the authorizer, the
+    init job before every Kafka service, each container its own folder (read-only) and a block naming it."""
+    from m1flow.ops.cluster_secure import MOUNT, make_secrets
+
+    secrets = make_secrets(tmp_path / "secrets")
+    got = config("docker-compose.yml", "docker-compose.secure.yml", M1FLOW_SECRETS_DIR=str(secrets))["services"]
+    kafka = got["kafka"]["environment"]
+    assert "PLAINTEXT" not in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+    assert kafka["KAFKA_SSL_CLIENT_AUTH"] == "required" and kafka["KAFKA_SUPER_USERS"] == "User:broker;User:admin"
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert "--command-config" in got["kafka"]["healthcheck"]["test"][-1]
+
+    def mounted(name: str) -> list[str]:
+        return [v["source"] for v in got[name].get("volumes", ()) if v["target"] == MOUNT]
+
+    assert mounted("kafka") == [str(secrets / "broker")] and mounted("kafka_init") == [str(secrets / "admin")]
+    for service in LISTED:
+        container = got[service.container]
+        assert mounted(service.container) == [str(secrets / service.name)], service.name
+        assert all(v["read_only"] for v in container["volumes"] if v["target"] == MOUNT)
+        if service.name != "sandbox":
+            assert container["depends_on"]["kafka_init"]["condition"] == "service_completed_successfully"
+        # the probe reads M1FLOW_SECURITY and presents the container's certificate
+        assert container["healthcheck"]["test"][1:4] == ["python", "-m", "m1flow.runtime.probe"]
+    blocks = {s.name: json.loads(got[s.container]["environment"]["M1FLOW_SECURITY"]) for s in LISTED}
+    assert all(b["enabled"] and b["key_file"] == f"{MOUNT}/key.pem" for b in blocks.values())
+    assert blocks["sandbox"]["grpc_allowed_peers"] == ["reward"]
+    assert blocks["learner"]["policy_signing_key"] == f"{MOUNT}/sign.key"
+    assert blocks["rollout"]["policy_verify_key"] == f"{MOUNT}/sign.pub"
+    assert all("policy_signing_key" not in b for name, b in blocks.items() if name != "learner")
+    # what each folder holds on the host: its own key and no other, keys owner-only
+    assert sorted(p.name for p in (secrets / "reward").iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    assert sorted(p.name for p in (secrets / "learner").iterdir()) == ["ca.pem", "cert.pem", "key.pem", "sign.key"]
+    keys = [p for p in secrets.rglob("*") if p.name.endswith((".key", "key.pem", "bundle.pem"))]
+    assert keys and all(p.stat().st_mode & 0o077 == 0 for p in keys)
+    assert (secrets / "ca" / "ca.key").exists() and all(str(secrets / "ca") not in mounted(name) for name in got)

@@ -8,10 +8,13 @@ machine with neither skips.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,23 @@ def helm_binary() -> str:
     if go is None:
         pytest.skip("no helm binary (M1FLOW_HELM, PATH, ~/.cache/m1flow/k8s/bin/tools/helm-*/helm) and no Go "
                     "toolchain to build one (go install helm.sh/helm/v4/cmd/helm)")
+    with build_lock():  # a background `k8s_local.sh build` (make test) builds helm first: wait for it
+        found = find_helm()
+        if found:
+            return found
+        return build_helm(go)
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """scripts/k8s_local.sh's build lock: one build into the cache at a time."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build_helm(go: str) -> str:
     target = TOOLS / f"helm-{HELM_VERSION}"
     out = subprocess.run(["nice", "-n", "19", go, "install", "-trimpath", "-ldflags", "-s -w",
                           f"helm.sh/helm/v4/cmd/helm@{HELM_VERSION}"], env={**os.environ, "GOBIN": str(target)},

@@ -278,7 +278,7 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
     the brokers require certificates and authorise, KEDA reads lag over TLS."""
     from m1flow.ops.acls import strimzi_acls
 
-    docs = objects(helm, {"security.enabled": True,
+    docs = objects(helm, {"security.enabled": True, "security.grpc.enabled": False,  # Kafka alone here
                           "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
     users = by_kind(docs, "KafkaUser")
     assert set(users) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "monitor", "learner", "admin", "keda")}
@@ -314,6 +314,94 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
     refs = by_kind(docs, "TriggerAuthentication")["m1flow-kafka-tls"]["spec"]["secretTargetRef"]
     assert {(r["parameter"], r["name"]) for r in refs} == {
         ("ca", "m1flow-kafka-cluster-ca-cert"), ("cert", "m1flow-keda"), ("key", "m1flow-keda")}
+
+
+GRPC_IDENTITIES = ("source", "rollout", "reward", "sandbox", "monitor", "learner", "admin")
+
+
+def test_security_grpc_gives_each_pod_its_certificate_and_exec_probes(helm):
+    """security.grpc (on with security.enabled): the chart's CA, one certificate per service (CN = its
+    name, the DNS names its clients dial) and admin's; each pod's M1FLOW_SECURITY names its own
+    mounted files, the sandbox admits only reward, and the probes present the pod's certificate."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from m1flow.security.config import SecurityConfig
+
+    docs = objects(helm, {"security.enabled": True,
+                          "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+    secrets = by_kind(docs, "Secret")
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secrets["m1flow-grpc-ca"]["data"]["tls.crt"]))
+    for name in GRPC_IDENTITIES:
+        data = secrets[f"m1flow-grpc-{name}"]["data"]
+        cert = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == name
+        assert cert.issuer == ca.subject and base64.b64decode(data["ca.crt"]) == base64.b64decode(
+            secrets["m1flow-grpc-ca"]["data"]["tls.crt"])
+        dns = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+        assert {"localhost", f"m1flow-{name}", f"m1flow-{name}.m1flow.svc.cluster.local",
+                f"*.m1flow-{name}.m1flow.svc"} <= set(dns)
+    health_names = registered_health_names()
+    (jobset,) = by_kind(docs, "JobSet").values()
+    specs = {**{n: pod_spec(w) for n, w in workloads(docs).items()}, "learner": jobset_pods(jobset)["leader"]["spec"]}
+    for name, spec in specs.items():
+        block = json.loads(env_of(spec)["M1FLOW_SECURITY"])
+        assert set(block) <= set(SecurityConfig.model_fields), name
+        assert block["grpc_tls"] and block["grpc_key_file"] == "/etc/m1flow/grpc/tls.key", name
+        volume = next(v for v in spec["volumes"] if v["name"] == "grpc-identity")
+        assert volume["secret"]["secretName"] == f"m1flow-grpc-{name}"
+        probe = container(spec)["readinessProbe"]
+        assert "grpc" not in probe and probe["exec"]["command"] == [
+            "python", "-m", "m1flow.runtime.probe", "--address", "localhost:50051", "--service", health_names[name]]
+    sandbox = json.loads(env_of(specs["sandbox"])["M1FLOW_SECURITY"])
+    assert sandbox["grpc_allowed_peers"] == ["reward"] and sandbox["key_file"] == "/etc/m1flow/grpc/tls.key"
+    assert not any(v["name"] == "kafka-user" for v in specs["sandbox"]["volumes"])  # no topic, no Kafka identity
+    assert "grpc_allowed_peers" not in json.loads(env_of(specs["reward"])["M1FLOW_SECURITY"])
+    plain = objects(helm, {"security.enabled": True, "security.grpc.enabled": False})
+    assert not [n for n in by_kind(plain, "Secret") if n.startswith("m1flow-grpc-")]
+    assert "grpc" in container(pod_spec(workloads(plain)["reward"]))["readinessProbe"]
+
+
+def test_the_charts_grpc_certificates_work_with_the_code(helm, tmp_path):
+    """The rendered Secrets as the pods mount them, served by the code's own gRPC server: reward
+    reaches the sandbox at the name it dials (m1flow-sandbox), rollout is refused, admin's health
+    check answers, and the sandbox's exec probe (its own certificate, localhost) too."""
+    import grpc
+
+    from m1flow.runtime import health
+    from m1flow.security import grpc_tls
+    from m1flow.security.config import SecurityConfig
+    from tests.security.test_grpc_mtls import Echo
+
+    secrets = by_kind(objects(helm, {"security.enabled": True}), "Secret")
+
+    def mounted(name: str, **extra) -> SecurityConfig:
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        for key, value in secrets[f"m1flow-grpc-{name}"]["data"].items():
+            (folder / key).write_bytes(base64.b64decode(value))
+        files = {"ca_file": folder / "ca.crt", "cert_file": folder / "tls.crt", "key_file": folder / "tls.key"}
+        return SecurityConfig(enabled=True, **files, **{f"grpc_{k}": v for k, v in files.items()}, **extra)
+
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, mounted("sandbox", grpc_allowed_peers=["reward"]))
+    server.add_generic_rpc_handlers((Echo(),))
+    health.set_serving(servicer, [], True)
+    server.start()
+    as_dialled = [("grpc.ssl_target_name_override", "m1flow-sandbox")]  # the sandbox's Service name
+
+    def who(security: SecurityConfig) -> bytes:
+        with grpc_tls.channel(f"127.0.0.1:{port}", options=as_dialled, security=security) as ch:
+            return ch.unary_unary("/test.Echo/Who", request_serializer=bytes, response_deserializer=bytes)(b"", timeout=10)
+
+    try:
+        assert who(mounted("reward")) == b"reward"
+        with pytest.raises(grpc.RpcError) as err:
+            who(mounted("rollout"))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert health.check(f"localhost:{port}", timeout=10, security=mounted("admin")) == "SERVING"
+        assert health.check(f"localhost:{port}", timeout=10, security=mounted("sandbox")) == "SERVING"  # its probe
+    finally:
+        server.stop(0)
 
 
 def test_network_policies_let_only_reward_reach_the_sandbox(helm, default):

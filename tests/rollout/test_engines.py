@@ -202,3 +202,21 @@ def test_engines_refuse_the_architecture_they_do_not_run(qwen2_policy, hybrid_po
         HFEngine(device="cpu").load(policy(0, hybrid_policy))
     with pytest.raises(checkpoint.PolicyLoadError, match="hybrid"):
         NativeEngine(device="cpu").load(policy(0, qwen2_policy))
+
+
+def test_a_batch_engine_loads_a_policy_between_steps_and_its_queued_groups_take_it(hybrid_policy, tmp_path):
+    """A batch engine decodes groups whole within a step, so with groups queued none is part-way:
+    a new policy loads at once (no drain), the queued groups are decoded with it and tagged with
+    its version, and their tokens are that policy's (the looping copy's streak)."""
+    engine = NativeEngine(batch_groups=2, group_size=2, device="cpu")
+    engine.load(policy(0, hybrid_policy))
+    for i, text in enumerate(PROMPTS[:4]):
+        engine.submit(GroupRequest(f"g{i}", engine.prompt_ids(text), 2, 8, 1.0, 0.95, i, 5, 0.99))
+    first = engine.step()  # two groups on v0
+    assert [r.version for r in first] == [0, 0] and engine.in_flight() == 2 and engine.decoding() == 0
+    engine.load(policy(1, looping_copy(hybrid_policy, tmp_path / "loop")))
+    rest = engine.step()
+    seven = engine.tokenizer.convert_tokens_to_ids("7")
+    assert [r.version for r in rest] == [1, 1]
+    assert all(s.tokens == [seven] * 5 for r in rest for s in r.samples)
+    assert any(s.tokens != [seven] * 5 for r in first for s in r.samples)

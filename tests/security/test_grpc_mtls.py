@@ -68,3 +68,67 @@ def test_health_answers_any_principal_and_the_methods_only_the_reward_service(sa
         with pytest.raises(grpc.RpcError) as err:
             who(address, block(secrets, name))
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def grpc_block(kafka_folder, grpc_folder, name: str, **extra) -> SecurityConfig:
+    """A process whose Kafka identity and gRPC identity come from two CAs (the chart: Strimzi's, its own)."""
+    ident = CertificateAuthority(grpc_folder).identity(name)
+    return block(kafka_folder, name, grpc_ca_file=ident.ca, grpc_cert_file=ident.cert, grpc_key_file=ident.key,
+                 **extra)
+
+
+def test_a_grpc_identity_from_its_own_ca_serves_grpc_and_the_kafka_one_does_not(tmp_path) -> None:
+    kafka_ca, grpc_ca = tmp_path / "kafka", tmp_path / "grpc"
+    server_block = grpc_block(kafka_ca, grpc_ca, "sandbox", grpc_allowed_peers=["reward"])
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, server_block)
+    server.add_generic_rpc_handlers((Echo(),))
+    health.set_serving(servicer, [], True)
+    server.start()
+    try:
+        address = f"127.0.0.1:{port}"
+        assert who(address, grpc_block(kafka_ca, grpc_ca, "reward")) == b"reward"
+        kafka_only = block(kafka_ca, "reward")  # a certificate of the Kafka CA, not of the gRPC one
+        kafka_only = kafka_only.model_copy(update={"ca_file": grpc_ca / "ca.pem"})  # it trusts the server
+        with pytest.raises(grpc.RpcError) as err:
+            who(address, kafka_only)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop(0)
+
+
+def test_the_grpc_files_go_together(tmp_path) -> None:
+    ident = CertificateAuthority(tmp_path).identity("reward")
+    with pytest.raises(ValueError, match="go together"):
+        block(tmp_path, "reward", grpc_cert_file=ident.cert)
+
+
+def test_the_probe_presents_the_services_own_identity_from_its_environment(tmp_path) -> None:
+    """python -m m1flow.runtime.probe, as the chart's exec probe and compose's healthcheck run it."""
+    import os
+    import subprocess
+    import sys
+
+    from m1flow.ops import ROOT
+
+    own = grpc_block(tmp_path / "kafka", tmp_path / "grpc", "sandbox", grpc_allowed_peers=["reward"])
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, own)
+    health.set_serving(servicer, ["m1flow.v1.SandboxService"], True)
+    server.start()
+
+    def probe(service: str, security: SecurityConfig | None) -> tuple[int, str]:
+        env = {k: v for k, v in os.environ.items() if k != "M1FLOW_SECURITY"}
+        if security is not None:
+            env["M1FLOW_SECURITY"] = security.model_dump_json()
+        out = subprocess.run([sys.executable, "-m", "m1flow.runtime.probe", "--address", f"localhost:{port}",
+                              "--service", service], env=dict(env, PYTHONPATH=str(ROOT)), capture_output=True,
+                             text=True, timeout=60)
+        return out.returncode, out.stdout.strip()
+
+    try:
+        assert probe("m1flow.v1.SandboxService", own) == (0, "SERVING")  # its own certificate, not an allowed peer
+        assert probe("m1flow.v1.SandboxService", None) == (1, "UNREACHABLE")  # plaintext: refused
+        assert probe("m1flow.v1.NoSuchService", own) == (1, "UNREACHABLE")  # health answers NOT_FOUND
+        health.set_serving(servicer, ["m1flow.v1.SandboxService"], False)
+        assert probe("m1flow.v1.SandboxService", own) == (1, "NOT_SERVING")
+    finally:
+        server.stop(0)

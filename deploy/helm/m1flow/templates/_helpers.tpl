@@ -129,20 +129,21 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* Native gRPC probes on the service's port, asking for its registered health name. */}}
+{{/* gRPC health probes on the service's port, asking for its registered health name: the kubelet's
+native `grpc:` probe, or with security.grpc an exec probe in the container (m1flow/runtime/probe.py)
+that presents the pod's own certificate (the native probe speaks plaintext, which mTLS refuses). */}}
 {{- define "m1flow.probes" -}}
-{{- $grpc := dict "port" 50051 -}}
-{{- if .health }}{{- $_ := set $grpc "service" .health -}}{{- end -}}
+{{- $check := dict "grpc" (dict "port" 50051) -}}
+{{- if .health }}{{- $_ := set $check.grpc "service" .health -}}{{- end -}}
+{{- if include "m1flow.grpcMtls" .root }}
+{{- $check = dict "exec" (dict "command" (list "python" "-m" "m1flow.runtime.probe" "--address" "localhost:50051" "--service" (default "" .health))) -}}
+{{- end }}
 {{- $p := .root.Values.probes -}}
-startupProbe:
-  grpc: {{ $grpc | toJson }}
-  {{- toYaml $p.startup | nindent 2 }}
-readinessProbe:
-  grpc: {{ $grpc | toJson }}
-  {{- toYaml $p.readiness | nindent 2 }}
-livenessProbe:
-  grpc: {{ $grpc | toJson }}
-  {{- toYaml $p.liveness | nindent 2 }}
+{{- range $probe, $key := dict "startupProbe" "startup" "readinessProbe" "readiness" "livenessProbe" "liveness" }}
+{{ $probe }}:
+  {{- toYaml $check | nindent 2 }}
+  {{- toYaml (get $p $key) | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* The run volume and /dev/shm: volumes (dict "root" $ "shm" .shm) */}}
@@ -209,22 +210,67 @@ and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, ne
 {{- printf "%s-%s" (include "m1flow.fullname" .root) .name -}}
 {{- end -}}
 
+{{/* Whether gRPC is mutual TLS (security.grpc.enabled under security.enabled). */}}
+{{- define "m1flow.grpcMtls" -}}
+{{- if and .Values.security.enabled .Values.security.grpc.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The gRPC identities grpc-tls.yaml signs: every service this release runs, and `admin` (JSON list). */}}
+{{- define "m1flow.grpcIdentities" -}}
+{{- $names := list "admin" -}}
+{{- range $name := list "source" "rollout" "reward" "sandbox" "monitor" "learner" }}
+{{- $svc := get $.Values $name }}
+{{- if ternary (not (empty $svc.sources)) $svc.enabled (eq $name "source") }}{{ $names = append $names $name }}{{ end }}
+{{- end }}
+{{- $names | toJson -}}
+{{- end -}}
+
+{{/* (dict "root" $ "name" "reward") */}}
+{{- define "m1flow.grpcSecret" -}}
+{{- printf "%s-grpc-%s" (include "m1flow.fullname" .root) .name -}}
+{{- end -}}
+
+{{/* M1FLOW_SECURITY of one service (dict "root" $ "name" "reward"): the Kafka identity's files and,
+with security.grpc, the gRPC identity's (the sandbox, which touches no topic, has only that one, and
+admits only `reward`). Paths only, never key material. */}}
 {{- define "m1flow.securityEnv" -}}
-{{- if .root.Values.security.enabled }}
+{{- $v := .root.Values.security -}}
+{{- $grpc := include "m1flow.grpcMtls" .root -}}
+{{- if and $v.enabled (or $grpc (ne .name "sandbox")) }}
+{{- $block := dict "enabled" true "grpc_tls" (not (empty $grpc)) -}}
+{{- if ne .name "sandbox" }}
+{{- $_ := set $block "ca_file" "/etc/m1flow/kafka-ca/ca.crt" -}}
+{{- $_ := set $block "cert_file" "/etc/m1flow/kafka-user/user.crt" -}}
+{{- $_ := set $block "key_file" "/etc/m1flow/kafka-user/user.key" -}}
+{{- end }}
+{{- if $grpc }}
+{{- $_ := set $block "grpc_ca_file" "/etc/m1flow/grpc/ca.crt" -}}
+{{- $_ := set $block "grpc_cert_file" "/etc/m1flow/grpc/tls.crt" -}}
+{{- $_ := set $block "grpc_key_file" "/etc/m1flow/grpc/tls.key" -}}
+{{- if eq .name "sandbox" }}
+{{- $_ := set $block "ca_file" "/etc/m1flow/grpc/ca.crt" -}}
+{{- $_ := set $block "cert_file" "/etc/m1flow/grpc/tls.crt" -}}
+{{- $_ := set $block "key_file" "/etc/m1flow/grpc/tls.key" -}}
+{{- $_ := set $block "grpc_allowed_peers" (list "reward") -}}
+{{- end }}
+{{- end }}
 - name: M1FLOW_SECURITY
-  value: {{ dict "enabled" true "grpc_tls" false "ca_file" "/etc/m1flow/kafka-ca/ca.crt" "cert_file" "/etc/m1flow/kafka-user/user.crt" "key_file" "/etc/m1flow/kafka-user/user.key" | toJson | quote }}
+  value: {{ $block | toJson | quote }}
 {{- end }}
 {{- end -}}
 
 {{- define "m1flow.securityMounts" -}}
-{{- if .root.Values.security.enabled }}
+{{- if and .root.Values.security.enabled (ne .name "sandbox") }}
 - {name: kafka-user, mountPath: /etc/m1flow/kafka-user, readOnly: true}
 - {name: kafka-ca, mountPath: /etc/m1flow/kafka-ca, readOnly: true}
+{{- end }}
+{{- if include "m1flow.grpcMtls" .root }}
+- {name: grpc-identity, mountPath: /etc/m1flow/grpc, readOnly: true}
 {{- end }}
 {{- end -}}
 
 {{- define "m1flow.securityVolumes" -}}
-{{- if .root.Values.security.enabled }}
+{{- if and .root.Values.security.enabled (ne .name "sandbox") }}
 - name: kafka-user
   secret:
     secretName: {{ include "m1flow.kafkaUser" . }}
@@ -233,5 +279,11 @@ and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, ne
   secret:
     secretName: {{ include "m1flow.kafkaCluster" .root }}-cluster-ca-cert
     items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- if include "m1flow.grpcMtls" .root }}
+- name: grpc-identity
+  secret:
+    secretName: {{ include "m1flow.grpcSecret" . }}
+    defaultMode: 0400
 {{- end }}
 {{- end -}}

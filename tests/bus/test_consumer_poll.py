@@ -1,0 +1,56 @@
+"""Both consumers' poll over the real broker: it returns as soon as a record is there, not after its
+timeout, and still hands over every record that arrived together (up to max_records).
+
+librdkafka's consume(n, timeout) waits out the whole timeout unless n records come: with the
+pipeline's 200 ms polls that put up to 200 ms on every hop (prompt -> rollout -> score -> learner
+batch), seen as learner waits in multiples of 0.2 s in bench/pipeline.py."""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from m1flow.bus import Producer, codec
+from m1flow.bus.clients import Settings, consumer
+from m1flow.contracts import events
+from tests.bus.test_worker_broker import fresh_topic
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_poll_returns_with_the_first_record_and_takes_what_came_with_it(bootstrap, client):
+    topic = fresh_topic(bootstrap, f"poll-{uuid.uuid4().hex[:8]}", partitions=1)
+    producer = Producer(bootstrap, "test-poll")
+    reader = consumer(client, Settings(bootstrap, f"g-{uuid.uuid4().hex[:8]}", "poll", None, 10_000, 60_000, 100))
+    reader.subscribe([topic.name], on_assigned=lambda parts: None, on_revoked=lambda parts: None)
+
+    def send(n: int) -> None:
+        for i in range(n):
+            producer.send(topic, f"k{i}", events.Control(header=codec.header("t"), reason=f"r{i}"))
+        producer.flush()
+
+    try:
+        deadline = time.monotonic() + 60  # joined and assigned (an empty topic: nothing to read yet)
+        while not reader.assignment() and time.monotonic() < deadline:
+            reader.poll(200, 100)
+        assert reader.assignment(), "never assigned"
+        send(5)  # five together, before the poll: one poll hands over all of them
+        got, deadline = 0, time.monotonic() + 30
+        while got < 5 and time.monotonic() < deadline:
+            got += sum(len(r) for r in reader.poll(10_000, 100).values())
+        assert got == 5
+        waits = []
+        for _ in range(3):  # one record 0.1 s into a 20 s poll: back with it, not after 20 s
+            timer = threading.Timer(0.1, send, args=(1,))
+            timer.start()
+            started, got = time.monotonic(), 0
+            while not got and time.monotonic() - started < 30:  # a poll may also return empty early
+                got = sum(len(r) for r in reader.poll(20_000, 100).values())
+            waits.append(time.monotonic() - started)
+            timer.join()
+            assert got == 1
+        assert max(waits) < 10, waits  # far below the timeout, with room for a loaded machine
+    finally:
+        reader.close()
+        producer.close()
