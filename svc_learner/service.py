@@ -101,8 +101,9 @@ class ScoredHandler(HandlerBase):
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
         # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself
-        stats["wait_s"], stats["step_s"] = started - self.step_ended, time.monotonic() - started
-        self.step_ended = time.monotonic()
+        ended = time.monotonic()
+        stats["wait_s"], stats["step_s"] = started - self.step_ended, ended - started
+        self.step_ended = ended
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
         version = trainer.state.version

@@ -382,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from m1flow.security.config import activate, from_env
 
-    if os.environ.get("M1FLOW_SECURITY"):  # an operator's own identity (a cluster's admin certificate)
-        activate(from_env())
+    own = from_env()
+    if own.enabled:  # an operator's own identity (a cluster's admin certificate)
+        activate(own)
     elif not args.bootstrap and _broker(args).secrets is not None:  # the local stack's admin principal
         activate(_broker(args).admin_security)
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from m1flow.ops.services import NAMES
 from m1flow.security.config import SecurityConfig, from_env
-from m1flow.security.pki import CertificateAuthority, signing_key
+from m1flow.security.pki import CertificateAuthority, signing_key, write_private
 
 MOUNT = "/run/m1flow/identity"  # where a container finds its own folder (docker-compose.secure.yml)
 # Every principal with a folder: the services, the broker (its node identity, a super user) and
@@ -52,14 +52,6 @@ ssl.keystore.location={MOUNT}/bundle.pem
 ssl.truststore.type=PEM
 ssl.truststore.location={MOUNT}/ca.pem
 """
-
-
-def _write_key(path: Path, data: bytes) -> None:
-    """Write a private key 0600 from the start (no moment at the umask's mode)."""
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
 
 
 def _private_dir(path: Path) -> Path:
@@ -82,12 +74,12 @@ def make_secrets(folder: str | Path) -> Path:
         own = _private_dir(root / name)
         shutil.copyfile(ident.ca, own / "ca.pem")
         shutil.copyfile(ident.cert, own / "cert.pem")
-        _write_key(own / "key.pem", ident.key.read_bytes())
+        write_private(own / "key.pem", ident.key.read_bytes())
         if name == "broker":
-            _write_key(own / "bundle.pem", ident.bundle.read_bytes())
+            write_private(own / "bundle.pem", ident.bundle.read_bytes())
             (own / "client.properties").write_text(CLIENT_PROPERTIES)
         if name == "learner":
-            _write_key(own / "sign.key", sign_private.read_bytes())
+            write_private(own / "sign.key", sign_private.read_bytes())
         if name == "rollout":
             shutil.copyfile(sign_public, own / "sign.pub")
     return root

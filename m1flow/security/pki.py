@@ -31,9 +31,12 @@ class Identity:
     bundle: Path  # key + certificate in one PEM file (the Java broker's PEM keystore)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write key material 0600 from the start: a new file (an old one is removed first, so a file of a
+    looser mode is never reused, and there is no moment at the umask's mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
 
@@ -73,7 +76,7 @@ class CertificateAuthority:
                                              data_encipherment=False, key_agreement=False,
                                              encipher_only=False, decipher_only=False), critical=True)
                 .sign(key, hashes.SHA256()))
-        _write_private(self.key_path, _key_pem(key))
+        write_private(self.key_path, _key_pem(key))
         self.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
     def identity(self, name: str, hosts: tuple[str, ...] = ()) -> Identity:
@@ -100,8 +103,8 @@ class CertificateAuthority:
                                                       x509.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
                 .sign(self.key, hashes.SHA256()))
         cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-        _write_private(ident.key, _key_pem(key))
-        _write_private(ident.bundle, _key_pem(key) + cert_pem)
+        write_private(ident.key, _key_pem(key))
+        write_private(ident.bundle, _key_pem(key) + cert_pem)
         ident.cert.write_bytes(cert_pem)
         return ident
 
@@ -115,7 +118,7 @@ def signing_key(folder: str | Path, name: str) -> tuple[Path, Path]:
     private, public = folder / f"{name}.sign.key", folder / f"{name}.sign.pub"
     if not (private.exists() and public.exists()):
         key = ed25519.Ed25519PrivateKey.generate()
-        _write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        write_private(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                   serialization.NoEncryption()))
         public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
