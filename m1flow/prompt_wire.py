@@ -20,9 +20,13 @@ _SHORT = [bytes((n,)) for n in range(128)]
 
 
 def varint(n: int) -> bytes:
-    """An unsigned varint (n >= 0)."""
+    """An unsigned varint (n >= 0); one bytes() call up to 2**21 (the positions and draws of most runs)."""
     if n < 128:
         return _SHORT[n]
+    if n < 16_384:
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    if n < 2_097_152:
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -45,12 +49,7 @@ PROMPT_ID, TASK_TYPE, TEXT, VERIFIER, SOURCE, DOMAIN, MESSAGES = b"\x12", b"\x1a
 HEADER, ORIGIN = b"\x0a", b"\x5a"
 KIND, GOLD, SPEC_JSON, PAYLOAD_URI = b"\x0a", b"\x12", b"\x1a", b"\x22"  # VerifierSpec
 ROLE, CONTENT = b"\x0a", b"\x12"  # ChatMessage
-GROUP_SIZE, DRAW = 0x30, 0x20  # varint fields: Prompt.group_size (6), SourceCursor.draw (4)
-
-
-def _number(tag: int, n: int) -> bytes:
-    """A varint field (int64 >= 0); zero: left out."""
-    return bytes((tag,)) + varint(n) if n else b""
+GROUP_SIZE = 0x30  # a varint field: Prompt.group_size (6)
 
 
 class BodyWriter:
@@ -85,25 +84,44 @@ class BodyWriter:
 
 class Envelope:
     """A batch's Prompts as framed bytes: the batch's header with each prompt's message id in it,
-    a row's body, and the draw's origin (a serialized SourceCursor)."""
+    a row's body, and the draw's origin (a serialized SourceCursor).
 
-    def __init__(self, header: events.Header) -> None:
+    Per draw only the message id, the body and the origin's numbers change, so the header's bytes
+    around the id (its length included: an id is always 32 characters) are joined once a batch, and
+    `draw` makes a record's value in one join and one CRC."""
+
+    ID_LENGTH = 32
+
+    def __init__(self, header: events.Header, rest: bytes = b"") -> None:
         self.head = events.Header(schema_version=header.schema_version).SerializeToString()
-        rest = events.Header()
-        rest.CopyFrom(header)
-        rest.ClearField("schema_version")
-        rest.ClearField("message_id")
-        self.tail = rest.SerializeToString()
+        tail = events.Header()
+        tail.CopyFrom(header)
+        tail.ClearField("schema_version")
+        tail.ClearField("message_id")
+        self.tail = tail.SerializeToString()
+        size = len(self.head) + 2 + self.ID_LENGTH + len(self.tail)
+        self._before_id = HEADER + varint(size) + self.head + b"\x12" + varint(self.ID_LENGTH)
+        self.rest = rest  # the origin's mixture version and stream, serialized once a batch
+        self._sources: dict[str, bytes] = {}
 
-    def origin(self, cached: dict[str, bytes], source: str, epoch: int, position: int, draw: int,
-               rest: bytes) -> bytes:
-        """A SourceCursor's bytes: source (encoded once, kept in `cached`), epoch, position, draw,
-        then `rest` (its mixture version and stream, serialized once a batch)."""
-        head = cached.get(source)
+    def origin(self, source: str, epoch: int, position: int, draw: int) -> bytes:
+        """A SourceCursor's bytes: source (encoded once per name), epoch, position, draw, then the
+        batch's mixture version and stream."""
+        head = self._sources.get(source)
         if head is None:
-            head = cached[source] = text(b"\x0a", source)
-        return b"".join((head, _number(0x10, epoch), _number(0x18, position), _number(0x20, draw), rest))
+            head = self._sources[source] = text(b"\x0a", source)
+        return b"".join((head, b"\x10" + varint(epoch) if epoch else b"", b"\x18" + varint(position) if position else b"",
+                         b"\x20" + varint(draw) if draw else b"", self.rest))
 
     def encode(self, message_id: str, body: bytes, origin: bytes) -> bytes:
         header = b"".join((self.head, text(b"\x12", message_id), self.tail))
         return codec.frame(b"".join((HEADER, varint(len(header)), header, body, ORIGIN, varint(len(origin)), origin)))
+
+    def draw(self, message_id: str, body: bytes, source: str, epoch: int, position: int, draw: int) -> bytes:
+        """The framed Prompt of one draw: what encode(message_id, body, origin(...)) gives, with the
+        fewest calls (the source's per-row path; tests/source/test_prompt_wire.py checks both)."""
+        origin = self.origin(source, epoch, position, draw)
+        mid = message_id.encode()
+        if len(mid) != self.ID_LENGTH:
+            return self.encode(message_id, body, origin)
+        return codec.frame(b"".join((self._before_id, mid, self.tail, body, ORIGIN, varint(len(origin)), origin)))

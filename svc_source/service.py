@@ -262,18 +262,15 @@ class SourceService(Service):
         records: list[Record] = []
         per_source: Counter = Counter()
         exhausted = self._exhausted()
-        envelope = Envelope(codec.header(self.name, run_id=cfg.run_id))  # one header a batch; ids per draw
         prompts_topic, stream = PROMPTS.name, self.state_key  # the producer suffixes
-        rest = events.SourceCursor(mixture_version=self.mixture.version, stream=stream).SerializeToString()
-        heads: dict[str, bytes] = {}
-        choice, skip, origin_of, judged = self.interleave.choice, self.skip, envelope.origin, self.filter
+        choice, skip, judged = self.interleave.choice, self.skip, self.filter
+        encode = self._envelope().draw  # one header a batch; ids per draw
         while len(records) < n:
             if self.schedule is not None and (due := self.schedule.due(self.draws, self.mixture.version)):
                 if records:
                     break  # the batch ends where the next version starts: its state is written first
                 self._use(due)
-                choice = self.interleave.choice
-                rest = events.SourceCursor(mixture_version=self.mixture.version, stream=stream).SerializeToString()
+                choice, encode = self.interleave.choice, self._envelope().draw
             j = choice(self.draws, exhausted)
             if j is None:
                 break
@@ -294,13 +291,17 @@ class SourceService(Service):
                 records.append(self._letter(item, cursor.name, row, epoch))
                 continue
             prompt_id, body = item
-            value = envelope.encode(message_id_for(stream, cursor.name, epoch, position), body,
-                                    origin_of(heads, cursor.name, epoch, position, draw, rest))
+            value = encode(message_id_for(stream, cursor.name, epoch, position), body, cursor.name, epoch, position, draw)
             records.append((prompts_topic, prompt_id, value))
             per_source[cursor.name] += 1
             if judged is not None:
                 judged.drew(prompt_id, cursor.name, row)
         return records, sum(per_source.values()), per_source
+
+    def _envelope(self) -> Envelope:
+        """The framing of this batch's prompts: a fresh header, the mixture in force, the stream."""
+        rest = events.SourceCursor(mixture_version=self.mixture.version, stream=self.state_key).SerializeToString()
+        return Envelope(codec.header(self.name, run_id=self.config.run_id), rest)
 
     def _exhausted(self) -> list[bool]:
         """Per source: nothing left to draw (its epochs done, or every row retired by the filter)."""

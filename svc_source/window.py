@@ -44,6 +44,7 @@ class Window:
         self.batches: deque[Batch] = deque()
         self.acked: events.SourceState | None = None  # the newest state sent
         self.states = 0  # state records sent (a bench's regime figure)
+        self.value_bytes = 0  # bytes of the record values sent (the bench's mean record size)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -53,6 +54,7 @@ class Window:
         return len(self.batches) >= self.limit
 
     def send(self, batch: Batch) -> None:
+        self.value_bytes += sum(len(value) for _, _, value in batch.records)
         self._produce(batch)
         self.batches.append(batch)
 

@@ -47,8 +47,15 @@ def test_both_clients_put_a_key_on_one_partition_and_flush_counts_the_acks(boots
         assert producer.flush() == len(keys)
         assert producer.flush() == 0
         producer.close()
-    records = read(bootstrap, topic, 2 * len(keys))
-    assert len(records) == 2 * len(keys)
+    batched = Producer(bootstrap, "test-batch", client="confluent-kafka")  # send_many: librdkafka's produce_batch
+    outcomes: list = []
+    batched.send_many([(topic, key, codec.encode(events.Control(header=codec.header("test"), reason=f"batch|{key}")))
+                       for key in keys], outcomes.append)
+    batched.flush()
+    assert outcomes == [None] * len(keys)
+    batched.close()
+    records = read(bootstrap, topic, 3 * len(keys))
+    assert len(records) == 3 * len(keys)
     where: dict[bytes, set[int]] = {}
     writers: dict[bytes, set[str]] = {}
     for r in records:
@@ -56,7 +63,7 @@ def test_both_clients_put_a_key_on_one_partition_and_flush_counts_the_acks(boots
         where.setdefault(r.key, set()).add(r.partition)
         writers.setdefault(r.key, set()).add(message.reason.split("|")[0])
     assert all(len(p) == 1 for p in where.values()), where  # the same partition from both clients
-    assert all(w == {"kafka-python", "confluent-kafka"} for w in writers.values())
+    assert all(w == {"kafka-python", "confluent-kafka", "batch"} for w in writers.values())
     assert len({p for ps in where.values() for p in ps}) > 1  # keys do spread over partitions
 
 
@@ -99,3 +106,20 @@ def test_a_record_that_is_not_delivered_is_reported_as_an_error():
     producer._impl._producer.purge()  # librdkafka reports a purged record as failed
     producer.poll(1.0)
     assert len(outcomes) == 1 and isinstance(outcomes[0], ProduceError)
+
+
+def test_send_many_sends_again_what_a_full_queue_refused(bootstrap, topic):
+    """produce_batch enqueues what fits and marks the rest; those go again once reports free room,
+    so each record is reported exactly once and none is lost."""
+    from confluent_kafka import Producer as RdProducer
+
+    producer = Producer(bootstrap, "test-full", client="confluent-kafka")
+    producer._impl._producer = RdProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                           "queue.buffering.max.messages": 8})  # room for 8 of the 50
+    outcomes: list = []
+    producer.send_many([(topic, f"full{i}", b"v%d" % i) for i in range(50)], outcomes.append)
+    producer.flush()
+    assert len(outcomes) == 50 and all(error is None for error in outcomes)
+    values = {r.value for r in read(bootstrap, topic, 10_000) if r.key and r.key.startswith(b"full")}
+    assert values == {b"v%d" % i for i in range(50)}
+    producer.close()

@@ -21,16 +21,15 @@ def test_varint_is_protobufs(n):
 
 def test_bodies_envelopes_and_origins_are_the_protobuf_librarys_bytes():
     header = codec.header("source", run_id="run-1")
-    envelope = Envelope(header)
     writer = BodyWriter(8)
-    heads: dict[str, bytes] = {}
     cases = itertools.product(STRINGS, STRINGS[:4], [(), (("system", "be brief"), ("user", "hi \u00e9"))],
                               [(0, 0, 0, 0), (1, 300, 70_000, 2), (0, 5, 2**40, 0)])
     for value, small, messages, (epoch, position, draw, mixture) in cases:
         body = writer.body(f"src/{small}", "math", value, "math", small, "{}" if not small else value, small,
                            "src", "reasoning", messages)
         rest = events.SourceCursor(mixture_version=mixture, stream="run-1/g").SerializeToString()
-        origin = envelope.origin(heads, "src", epoch, position, draw, rest)
+        envelope = Envelope(header, rest)
+        origin = envelope.origin("src", epoch, position, draw)
         got = envelope.encode("m" * 32, body, origin)
         want = events.Prompt(
             prompt_id=f"src/{small}", task_type="math", text=value, group_size=8, source="src", domain="reasoning",
@@ -43,3 +42,7 @@ def test_bodies_envelopes_and_origins_are_the_protobuf_librarys_bytes():
         want.header.message_id = "m" * 32
         assert got == codec.encode(want)
         assert codec.decode(got, events.Prompt) == want
+        one_call = Envelope(header, rest).draw("m" * 32, body, "src", epoch, position, draw)
+        assert one_call == got
+        assert Envelope(header, rest).draw("short-id", body, "src", epoch, position, draw) == \
+            envelope.encode("short-id", body, origin)
