@@ -252,9 +252,10 @@ def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None
 
 
 def services(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int,
-             deadline: Deadline, out: dict) -> None:
+             deadline: Deadline, out: dict, keep: bool = False) -> None:
     """The services as processes, fed by svc_source, until the learner announces version `steps`.
-    Fills `out` as it goes; the stack (broker included) is stopped however this returns."""
+    Fills `out` as it goes; the stack (broker included) is stopped however this returns, and its
+    run directory removed unless `keep` (the services' logs: admission and step timelines)."""
     from m1flow.ops.stack import Stack
     from m1flow.ops.topics_io import read_range
 
@@ -306,7 +307,8 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
                 out["dropped_stale"] = sum(int(float(v.get("stats", {}).get("samples_left_out_stale", 0)))
                                            for v in policy_log)
                 out["skips"] = learner_skips(stack.bootstrap)
-                out["learner_s"] = [(float(v.get("stats", {}).get("wait_s", 0)), float(v.get("stats", {}).get("step_s", 0)))
+                out["learner_s"] = [(float(v.get("stats", {}).get("wait_s", 0)), float(v.get("stats", {}).get("step_s", 0)),
+                                     float(v.get("stats", {}).get("wait_first_s", 0)))
                                     for v in sorted(policy_log, key=lambda v: int(v.get("version", 0)))
                                     if int(v.get("version", 0)) >= 1]
                 out["decoded"] = step_sequences(stack.get("rollout").info().get("metrics_port"))
@@ -314,7 +316,10 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
             print(f"(services: reading the topics after the run failed: {exc})", file=sys.stderr)
         finally:
             stack.stop()
-            shutil.rmtree(run, ignore_errors=True)
+            if keep:
+                print(f"services' run directory (logs, checkpoints) kept: {run}", flush=True)
+            else:
+                shutil.rmtree(run, ignore_errors=True)
 
 
 def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
@@ -347,8 +352,9 @@ def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
               f"seconds per step {', '.join(f'{g:.1f}' for g in gaps)} (first: prompt to v1); in process "
               f"{local.get('seconds', 0) / max(local.get('steps', 0), 1):.1f} s per step")
     if kafka.get("learner_s"):
-        waits, steps = zip(*kafka["learner_s"])
-        print(f"services: the learner waited for its batch {', '.join(f'{w:.2f}' for w in waits)} s and stepped "
+        waits, steps, firsts = zip(*kafka["learner_s"])
+        print(f"services: the learner waited for its batch {', '.join(f'{w:.2f}' for w in waits)} s (of which for "
+              f"its first group {', '.join(f'{f:.2f}' for f in firsts)} s) and stepped "
               f"(update + checkpoint) {', '.join(f'{s:.2f}' for s in steps)} s; in process a step's train + "
               f"checkpoint {(local.get('phases', {}).get('train', 0) + local.get('phases', {}).get('checkpoint + reload', 0)) / max(local.get('steps', 0), 1):.2f} s")
     local_decoded = local.get("decoded") or []
@@ -380,6 +386,7 @@ def main() -> None:
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="stop, print what was measured and exit 2 after this many seconds "
                          "(default: 600 + 1 s per sample of the work: start-up takes minutes on 2 loaded cores)")
+    ap.add_argument("--keep", action="store_true", help="keep the services' run directory (their logs) and say where")
     args = ap.parse_args()
     deadline = Deadline(args.deadline_s or default_deadline(args.steps, args.batch, args.group))
     on_signals(deadline)
@@ -393,7 +400,7 @@ def main() -> None:
         print(f"{args.engine} engine, {args.steps} steps x {args.batch} groups x {args.group} samples, window "
               f"{args.window}, lr {rl_lr(policy)}, deadline {deadline.seconds:.0f}s, load average "
               f"{', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
-        services(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, kafka)
+        services(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, kafka, args.keep)
         in_process(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, local)
     except Stopped as exc:
         reason = str(exc)

@@ -48,9 +48,12 @@ class ScoredHandler(HandlerBase):
         self.last_input = time.monotonic()
         self.next_lag_check = 0.0
         self.step_ended = time.monotonic()  # learner/wait_s: from here to the next full batch
+        self.first_offer: float | None = None  # learner/wait_first_s: from step_ended to the next group
 
     def handle(self, group: events.ScoredGroup, record: Record, ctx: Context) -> None:
         self.last_input = time.monotonic()
+        if self.first_offer is None:
+            self.first_offer = self.last_input
         trainer = self.service.trainer
         if group.group_id in trainer.applied or self.filler.holds(group.group_id):
             return  # the reward service may score a group twice after a crash: apply it once
@@ -103,7 +106,8 @@ class ScoredHandler(HandlerBase):
         # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself
         ended = time.monotonic()
         stats["wait_s"], stats["step_s"] = started - self.step_ended, ended - started
-        self.step_ended = ended
+        stats["wait_first_s"] = (self.first_offer or started) - self.step_ended  # the rest: groups too few or skipped
+        self.step_ended, self.first_offer = ended, None
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
         version = trainer.state.version

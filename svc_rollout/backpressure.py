@@ -21,6 +21,14 @@ than its `batch_groups`: skipped groups stay in the learner's lag until the next
 counting only trainable ones would pause with too few trainable groups waiting. Should the skip rate
 jump, the learner's idle flush (`batch_timeout_s`, once its input is idle and caught up, which a
 paused rollout service makes it) still trains what it holds, commits, and unblocks sampling.
+
+A step's worth is a mean, and the groups one batch takes vary: with a learner batch of B trainable
+groups and a share p of the groups skipped, they number B/(1-p) on average with a standard deviation
+of sqrt(B p)/(1-p) (a negative binomial). Held at exactly (1 + max_ahead_versions) means, the batch
+after the one in training came up short whenever its skips ran above the mean, and the learner then
+waited, after its step, for groups the bound had only just let in (bench/pipeline.py: waits of
+0.3-1.4 s in most steps). So the bound has a margin of `margin_sd` such deviations, once: enough
+groups that the next batch forms with high probability, a fraction of a step more staleness.
 """
 from __future__ import annotations
 
@@ -35,7 +43,8 @@ from m1flow.bus.lag import GroupLag
 from m1flow.bus.topics import ROLLOUTS, SCORED
 
 log = logging.getLogger(__name__)
-STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average
+STEP_SMOOTHING = 0.3  # weight of the newest step in the consumed-per-step average and the skip share
+MAX_SKIP_SHARE = 0.9  # the margin's model stops growing here (a learner skipping nearly all flushes on idle)
 
 
 class Backlog:
@@ -57,9 +66,12 @@ class Backlog:
 
 class Backpressure:
     def __init__(self, backlog: Backlog | None, max_ahead_versions: float, batch_groups: int,
-                 group_size: int, refresh_s: float = 1.0) -> None:
+                 group_size: int, refresh_s: float = 1.0, margin_sd: float = 2.0) -> None:
         self.backlog = backlog
         self.max_ahead_versions = max_ahead_versions
+        self.margin_sd = margin_sd
+        self.learner_batch = batch_groups  # trainable groups the learner's batch takes
+        self.skip_share = 0.0  # smoothed share of the consumed groups the learner skipped
         self.batch_groups = batch_groups
         self.group_size = group_size
         self.refresh_s = refresh_s
@@ -70,9 +82,14 @@ class Backpressure:
     def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
         """A `policy` announcement: the learner's batch, and what its last step consumed."""
         consumed = stats.get("groups_consumed", stats.get("groups", 0.0))
-        self.consumed_per_step = consumed if self.consumed_per_step is None else (
+        first = self.consumed_per_step is None
+        self.consumed_per_step = consumed if first else (
             (1 - STEP_SMOOTHING) * self.consumed_per_step + STEP_SMOOTHING * consumed)
         self.batch_groups = max(batch_groups, math.ceil(self.consumed_per_step))
+        self.learner_batch = batch_groups
+        if consumed > 0:
+            skipped = max(0.0, consumed - stats.get("groups", consumed)) / consumed
+            self.skip_share = skipped if first else (1 - STEP_SMOOTHING) * self.skip_share + STEP_SMOOTHING * skipped
         # What that step consumed has left the backlog: count it now, not at the next lag reading
         # (up to refresh_s away), so room opens as soon as the learner can take the next batch. The
         # learner commits right after announcing; a reading caught between the two only holds back.
@@ -99,12 +116,18 @@ class Backpressure:
         """Learner steps' worth of groups that will be trained on before one sampled now."""
         return (self.downstream + in_flight_groups) / self.batch_groups
 
+    def margin(self) -> float:
+        """Groups beyond the bound: margin_sd standard deviations of the groups one batch takes."""
+        p = min(self.skip_share, MAX_SKIP_SHARE)
+        return self.margin_sd * math.sqrt(self.learner_batch * p) / (1 - p)
+
     def room(self, in_flight_groups: int) -> int | None:
         """How many more groups may be admitted now (None: no limit): up to (1 + max_ahead_versions)
-        learner steps' worth in flight and downstream, never less than one step, so a batch can form."""
+        learner steps' worth in flight and downstream and the margin, never less than one step, so a
+        batch can form."""
         if self.backlog is None:
             return None
-        limit = (1 + self.max_ahead_versions) * self.batch_groups
+        limit = (1 + self.max_ahead_versions) * self.batch_groups + self.margin()
         return max(0, math.ceil(limit - self.downstream - in_flight_groups))
 
     def close(self) -> None:

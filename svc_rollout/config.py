@@ -26,6 +26,9 @@ class RolloutConfig(ServiceConfig):
     max_ahead_versions: float = Field(
         1.0, ge=0, description="pause while the groups not yet trained on exceed this many learner steps beyond "
                                "the one the learner can already take")
+    batch_margin_sd: float = Field(
+        2.0, ge=0, description="admit this many standard deviations of the groups a learner batch takes beyond "
+                               "max_ahead_versions (dynamic sampling's skips vary), so the next batch forms in time")
     learner_batch_groups: int = Field(16, ge=1, description="groups per learner step until `policy` announces it")
     reward_group: str = Field("m1flow-reward", description="consumer group of the reward service (its lag counts)")
     learner_group: str = Field("m1flow-learner", description="consumer group of the learner (its lag counts)")

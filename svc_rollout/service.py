@@ -117,7 +117,8 @@ class RolloutService(Service):
         self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
                                     group_id=self.group_id, client=cfg.kafka_client)
         backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
-        self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size)
+        self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size,
+                                         margin_sd=cfg.batch_margin_sd)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
             self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
                                                       checkpoint_uri=cfg.pinned_policy), trusted=True)
