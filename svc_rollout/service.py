@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"
 METRIC_EVERY_S = 10.0
 REFRESH_BUSY_S = 0.05  # how often a busy engine reads `policy`/`control` (each step was 10% of its CPU)
+HELD_WAIT_MS = 200  # an idle engine held back by backpressure waits this long on `policy` per loop
 GAUGES_EVERY_S = 0.5  # /metrics gauges: set each engine step, they were 7% of a replica's CPU (py-spy)
 
 
@@ -308,9 +309,15 @@ class RolloutService(Service):
             metrics.PAUSED.set(0 if room > 0 else 1)
             self.stream.throttle(room <= 0)
             busy = self.engine.in_flight() > 0 or not self.oneoffs.empty()
-            # an engine with work steps without waiting on Kafka
-            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy else 200)
+            held = room <= 0 and not busy
+            # an engine with work steps without waiting on Kafka; one held back waits on `policy`
+            # instead of `prompts`, so the announcement that opens room is seen when it lands (a
+            # 200 ms poll of the paused prompts delayed it by 100 ms a step on average)
+            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy or held else 200)
             self.stream.step()
+            if held:
+                self.refresh(timeout_ms=HELD_WAIT_MS)
+                refreshed_at = time.monotonic()
 
     def shutdown(self) -> None:
         self.stream.close()  # prompts still in flight stay uncommitted and are sampled again after a restart
