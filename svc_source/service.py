@@ -258,7 +258,6 @@ class SourceService(Service):
     def draw(self, n: int) -> tuple[list[Record], int, Counter]:
         """The next n draws as records (prompts and bad-row letters; fewer when every source is
         exhausted), how many are prompts, and the prompts per source."""
-        cfg = self.config
         records: list[Record] = []
         per_source: Counter = Counter()
         exhausted = self._exhausted()
