@@ -66,3 +66,27 @@ def test_every_listed_service_has_a_principal_and_a_row_of_acls(tmp_path):
     assert {name for name, grants in ACLS.items() if "control" in grants.write} == {"monitor"}
     # groups are granted by the prefix m1flow-<name>: no service's name may start another's
     assert not [(a, b) for a in NAMES for b in NAMES if a != b and b.startswith(a)]
+
+
+def test_info_is_empty_when_the_readiness_file_goes_between_two_looks(tmp_path, monkeypatch):
+    """A stopping service removes its readiness file whenever it likes; reading it then is "not
+    ready", never an error that ends `m1flow up` (the chaos run's SIGTERM once failed that way)."""
+    import json
+    from pathlib import Path
+
+    from m1flow.runtime.service import ready_file
+
+    proc = ServiceProcess("reward", 0, tmp_path, [])
+    path = ready_file(tmp_path, "reward", 0)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"grpc": "127.0.0.1:1"}))
+    assert proc.info() == {"grpc": "127.0.0.1:1"}
+    real_read = Path.read_text
+
+    def removed_first(self, *args, **kwargs):  # the service's unlink lands just before the read
+        if self == path:
+            self.unlink(missing_ok=True)
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", removed_first)
+    assert proc.info() == {} and proc.grpc_address == ""

@@ -49,8 +49,13 @@ class ServiceProcess:
         return [*entry, "--run-dir", str(self.run_dir), "--replica", str(self.replica), *self.args]
 
     def info(self) -> dict:
-        path = ready_file(self.run_dir, self.name, self.replica)
-        return json.loads(path.read_text()) if path.exists() else {}
+        """The readiness file's contents; {} before the service is ready or once it removed the file
+        on its way out (which can happen between any two looks: the chaos run's SIGTERM of `m1flow up`
+        once failed with FileNotFoundError from an exists() then read_text())."""
+        try:
+            return json.loads(ready_file(self.run_dir, self.name, self.replica).read_text())
+        except FileNotFoundError:
+            return {}
 
     @property
     def grpc_address(self) -> str:
