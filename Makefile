@@ -6,12 +6,9 @@ PY = PYTHONPATH=$(CURDIR) $(VENV)/bin/python
 
 .PHONY: setup docker k8s s3 proto demo test test-fast up cluster cluster-down clean
 
+# The system packages, the venv, Kafka's jars and the generated protobuf code, set up side by side.
 setup:
-	bash scripts/system_deps.sh
-	bash scripts/monitor_deps.sh
-	bash scripts/env.sh >/dev/null
-	bash scripts/kafka_jars.sh >/dev/null
-	$(PY) -m m1flow.protogen
+	@bash scripts/setup.sh
 
 # A Docker engine and Compose v2 (installed and started when none answers) and the base images
 # (local stand-ins where no registry answers), for the cluster and the Docker sandbox tests. A
@@ -43,6 +40,10 @@ demo: setup
 # The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.
 test:
 	@PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh
+
+# The unit tier alone (no broker, jail, engine or cluster; README "Tests"), for the inner loop.
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m unit $(PYTEST_ARGS)
 
 up: setup
 	$(PY) -m m1flow up

@@ -4,14 +4,19 @@
 # the background (it then stays up like a system service). When `docker compose` is not v2: build
 # Compose from its Go module once, cached outside the checkout, and install it as a CLI plugin.
 # Exit 3 with a one-line reason on stderr when this machine cannot run an engine at all.
+#   docker_engine.sh           both, in that order
+#   docker_engine.sh engine    the engine alone (scripts/setup.sh)
+#   docker_engine.sh compose   Compose alone (scripts/test.sh builds it in the background)
+# Each part holds its own lock, so a caller of one part never waits for the other's build.
 # See ../shared/notes/docker_local.md for what was measured.
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${M1FLOW_CACHE:-$HOME/.cache/m1flow}"
 compose_version="${COMPOSE_VERSION:-v2.32.4}"
 state="$cache/docker"
 mkdir -p "$state"
-exec 8>"$state/.setup.lock"
-flock 8
+part="${1:-all}"
+case "$part" in all|engine|compose) ;; *) echo "usage: $0 [engine|compose]" >&2; exit 2 ;; esac
 
 cannot() { echo "docker_engine: cannot run a Docker engine here: $*" >&2; exit 3; }
 sudo=""
@@ -27,8 +32,7 @@ start_engine() {
   if ! command -v dockerd >/dev/null 2>&1; then
     command -v apt-get >/dev/null 2>&1 || cannot "no dockerd and no apt-get to install docker.io"
     echo "docker_engine: installing docker.io (first run only)" >&2
-    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq \
-        --no-install-recommends docker.io; } >"$state/apt.log" 2>&1 \
+    bash "$here/apt_install.sh" docker.io >"$state/apt.log" 2>&1 \
       || cannot "apt-get install docker.io failed (log: $state/apt.log)"
   fi
   echo "docker_engine: starting dockerd (log: $state/dockerd.log)" >&2
@@ -66,5 +70,14 @@ install_compose() {
   compose_is_v2 || cannot "docker compose does not answer as v2 after installing $bin"
 }
 
-engine_answers || start_engine
-compose_is_v2 || install_compose
+if [ "$part" != compose ]; then
+  exec 8>"$state/.setup.lock"
+  flock 8
+  engine_answers || start_engine
+  exec 8>&-
+fi
+if [ "$part" != engine ]; then
+  exec 8>"$state/.compose.lock"
+  flock 8
+  compose_is_v2 || install_compose
+fi

@@ -46,8 +46,7 @@ debian_base() {
   if [ ! -s "$tarball" ]; then
     if ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
       log "installing debootstrap"
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; } \
-        >"$state/apt-debootstrap.log" 2>&1 || { log "cannot install debootstrap (log: $state/apt-debootstrap.log)"; exit 3; }
+      bash "$here/scripts/apt_install.sh" debootstrap >"$state/apt-debootstrap.log" 2>&1 || { log "cannot install debootstrap (log: $state/apt-debootstrap.log)"; exit 3; }
     fi
     local root="$state/debootstrap.tmp" mirror
     mirror="$(debian_mirror)"

@@ -81,9 +81,7 @@ install_etcd() {
   command -v etcd >/dev/null && command -v etcdctl >/dev/null && return
   command -v apt-get >/dev/null || die "etcd missing and no apt-get to install it"
   log "apt-get install etcd-server etcd-client"
-  local apt=(apt-get -o DPkg::Lock::Timeout=600)
-  "${apt[@]}" update -qq >/dev/null || true
-  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends etcd-server etcd-client >/dev/null
+  bash "$ROOT/scripts/apt_install.sh" etcd-server etcd-client >/dev/null
 }
 
 kwok_bin() { echo "$TOOLS/kwok-$KWOK_VERSION/kwok"; }

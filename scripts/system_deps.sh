@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the system tools the sandbox needs (bubblewrap jail, libseccomp for its system-call
-# filter, git/patch for SWE tasks, gcc/g++ for C/C++ code tasks, prlimit). Idempotent: a no-op when everything is present; apt-get update runs
-# only when something is missing. Needs root (or sudo) on Debian/Ubuntu.
+# filter, git/patch for SWE tasks, gcc/g++ for C/C++ code tasks, prlimit). Idempotent: a no-op when
+# everything is present (scripts/apt_install.sh). Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 declare -A need=( [bwrap]=bubblewrap [git]=git [patch]=patch [gcc]=gcc [g++]=g++ [prlimit]=util-linux [setpriv]=util-linux )
 missing=()
 for tool in "${!need[@]}"; do
@@ -10,8 +11,4 @@ for tool in "${!need[@]}"; do
 done
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
 [ ${#missing[@]} -eq 0 ] && exit 0
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "system_deps: installing ${missing[*]}" >&2
-$sudo apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+bash "$here/apt_install.sh" $(printf '%s\n' "${missing[@]}" | sort -u)

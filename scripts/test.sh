@@ -1,34 +1,49 @@
 #!/usr/bin/env bash
-# `make test`: everything the tests need, then pytest. The Kubernetes tier's cold build (15 to 20 min
-# of compiling on 2 cores, seconds once cached) runs in the background, niced, while the other tiers
-# run; tests/k8s runs last (tests/conftest.py) and its fixture's own `build crds` waits on the
-# build's lock, so a cold machine pays for the build once and mostly in the other tiers' idle time.
-# The build starts after `setup docker` because those install Debian packages too (one apt at a time).
-# Whatever way this script ends, a build still running is stopped (a rerun resumes from Go's cache).
+# `make test`: everything the tests need, then pytest (README "Tests": the tiers and their minutes).
+#
+# 1. The long compiles start first, in the background at the lowest priority: Compose (Go, ~2 min on 2
+#    cores), s3s-fs (Rust, ~4 min) and the Kubernetes tier (Go, 15 to 20 min cold; seconds once cached
+#    under ~/.cache/m1flow). The tests that need them call the same scripts, which wait on the build's
+#    lock, and those tiers run last (tests/conftest.py), so a cold machine pays for them mostly in the
+#    other tiers' idle time.
+# 2. The set-up steps run side by side (scripts/setup.sh --docker): apt, the venv, Kafka's jars, the
+#    Docker engine and images.
+# 3. pytest.
+# Whatever way this script ends, a build still running is stopped (a rerun resumes from the caches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 CACHE=${M1FLOW_CACHE:-$HOME/.cache/m1flow}
+LOGS=$CACHE/logs
+mkdir -p "$LOGS"
 
-make --no-print-directory setup docker
-
-mkdir -p "$CACHE"
-BUILD_LOG=$CACHE/k8s-build.log
-setsid bash scripts/k8s_local.sh build crds >"$BUILD_LOG" 2>&1 </dev/null &
-BUILD_PID=$!
-stop_build() {
-  if kill -0 "$BUILD_PID" 2>/dev/null; then
-    echo "test.sh: stopping the background Kubernetes build (log: $BUILD_LOG)" >&2
-    kill -TERM -- "-$BUILD_PID" 2>/dev/null || true
-  fi
-  wait "$BUILD_PID" 2>/dev/null || true
+builds=()
+build() {  # build NAME COMMAND...: a compile in the background, in its own session (stopped as a group)
+  local name=$1; shift
+  setsid nice -n 19 "$@" >"$LOGS/build-$name.log" 2>&1 </dev/null &
+  builds+=($!)
 }
-trap stop_build EXIT
+stop_builds() {
+  local pid
+  for pid in "${builds[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "test.sh: stopping a background build still running (logs: $LOGS/build-*.log)" >&2
+      kill -TERM -- "-$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap stop_builds EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-echo "test.sh: Kubernetes tier building in the background (log: $BUILD_LOG)" >&2
 
-make --no-print-directory s3
+build compose bash scripts/docker_engine.sh compose
+build s3 bash scripts/s3_server.sh build
+build k8s bash scripts/k8s_local.sh build crds
+echo "test.sh: Compose, s3s-fs and the Kubernetes tier building in the background (logs: $LOGS/build-*.log)" >&2
+
+bash scripts/setup.sh --docker
+echo "test.sh: set-up done after ${SECONDS} s" >&2
 
 VENV=$(bash scripts/env.sh)
 export M1FLOW_SANDBOX_BASE="${M1FLOW_SANDBOX_BASE:-$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"

@@ -4,6 +4,7 @@ the warm-started small policies (tests/policies.py) and the local sandbox jail
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,10 +22,61 @@ from tests.policies import hybrid_policy, qwen2_policy  # noqa: F401  (fixtures)
 from tests.sandbox.fixtures import jail_sandbox  # noqa: F401  (fixture)
 
 
+TESTS = Path(__file__).parent
+# The tiers, in the order they run: what each one needs decides its tier (README "Tests"). The tiers
+# whose tools scripts/test.sh compiles in the background (Compose, s3s-fs, Kubernetes) come last, so a
+# cold machine builds them while the others run.
+TIERS = ("unit", "sandbox", "kafka", "chaos", "docker", "s3", "k8s")
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The tier of a test, from its folder and the fixtures it uses."""
+    parts = Path(str(item.fspath)).relative_to(TESTS).parts
+    uses = set(getattr(item, "fixturenames", ()))
+    if parts[0] == "k8s":
+        return "k8s"
+    if "s3_server" in uses:
+        return "s3"
+    if uses & {"docker_engine", "run_image"}:
+        return "docker"
+    if parts[:2] == ("integration", "test_chaos.py"):
+        return "chaos"
+    if parts[0] in ("integration", "security") or item.get_closest_marker("kafka") or uses & {"broker", "bootstrap"}:
+        return "kafka"
+    if parts[0] == "sandbox" or "jail_sandbox" in uses:
+        return "sandbox"
+    return "slow" if item.get_closest_marker("slow") else "unit"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The Kubernetes tier runs last: on a cold machine `make test` builds its binaries in the
-    background meanwhile (scripts/test.sh), and its fixture waits for that build."""
-    items.sort(key=lambda item: item.nodeid.startswith("tests/k8s/"))
+    """Each test is marked with its tier (`-m unit` is `make test-fast`) and the tiers run in order."""
+    order = {tier: i for i, tier in enumerate(("unit", "slow", *TIERS[1:]))}
+    for item in items:
+        tier = tier_of(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        item.user_properties.append(("tier", tier))
+    items.sort(key=lambda item: order[dict(item.user_properties)["tier"]])
+
+
+_tier_seconds: dict[str, float] = {}
+_tier_tests: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Adds each phase's duration to its test's tier (the reports reach here from xdist workers too)."""
+    tier = dict(report.user_properties).get("tier")
+    if tier:
+        _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+        _tier_tests[tier] = _tier_tests.get(tier, 0) + (report.when == "call")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    """The minutes each tier's tests took (summed over its tests: with workers, more than the wall time)."""
+    if not _tier_seconds:
+        return
+    terminalreporter.write_sep("=", "minutes per tier (sum of its tests' set-up, call and tear-down)")
+    for tier in sorted(_tier_seconds, key=lambda t: ("unit", "slow", *TIERS[1:]).index(t)):
+        terminalreporter.write_line(f"{tier:>8}: {_tier_tests[tier]:>5} tests {_tier_seconds[tier] / 60:7.1f} min")
 
 
 @pytest.fixture(scope="session")

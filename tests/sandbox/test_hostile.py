@@ -46,15 +46,18 @@ def assert_no_leftovers(token: str) -> None:
     assert host_processes_with(token) == [], "a jailed process outlived its run"
 
 
+# The daemons the programs below start run SLEEP with the run's token as their argument. A process
+# counts once it has exec'd that command line: a forked child that has not exec'd yet still carries
+# its parent's argv (the token too), and counting it was a race (issue 40).
 COUNT_MINE = """
+SLEEP = "import time; time.sleep(300)"
 def count_mine():
-    import glob, os, sys
+    import glob, sys
+    mark = (SLEEP + "\\0" + sys.argv[1] + "\\0").encode()
     count = 0
     for path in glob.glob("/proc/[0-9]*/cmdline"):
-        if path in ("/proc/1/cmdline", f"/proc/{os.getpid()}/cmdline"):  # the jail's init, this one
-            continue
         try:
-            count += sys.argv[1].encode() in open(path, "rb").read()
+            count += mark in open(path, "rb").read()
         except OSError:
             pass
     return count
@@ -156,7 +159,7 @@ def test_sleeping_past_the_deadline(jail_sandbox):
 def test_background_process_does_not_outlive_its_run(any_jail):
     code = COUNT_MINE + """
 import os, subprocess, sys, time
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]]
+SLEEPER = [sys.executable, "-c", SLEEP, sys.argv[1]]
 subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 middle = os.fork()          # a classic double-forked daemon too
 if middle == 0:
@@ -165,9 +168,7 @@ if middle == 0:
         os.execv(sys.executable, SLEEPER)
     os._exit(0)
 os.waitpid(middle, 0)
-for _ in range(400):        # let both daemons start before the parent leaves (slow on a loaded machine)
-    if count_mine() == 2:
-        break
+while count_mine() < 2:    # both daemons exec'd before the parent leaves (the run's wall limit bounds it)
     time.sleep(0.02)
 print("daemons", count_mine())
 """
@@ -179,7 +180,7 @@ print("daemons", count_mine())
 def test_daemon_is_killed_at_the_deadline_too(any_jail):
     code = COUNT_MINE + """
 import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]], start_new_session=True)
+subprocess.Popen([sys.executable, "-c", SLEEP, sys.argv[1]], start_new_session=True)
 while count_mine() < 1:
     time.sleep(0.02)
 print("daemon up", flush=True)
