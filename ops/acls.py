@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from m1flow.bus.admin import admin_client
-from m1flow.ops.services import NAMES
+from ops.services import NAMES
 from m1flow.security.config import SecurityConfig
 
 
@@ -92,7 +92,7 @@ def apply_acls(bootstrap: str, admin: SecurityConfig, names: tuple[str, ...] = N
 
 def strimzi_acls(name: str) -> list[dict]:
     """Service `name`'s row as a Strimzi KafkaUser's `spec.authorization.acls` (the chart's
-    files/acls.json holds every row: `python -m m1flow.ops.acls > deploy/helm/m1flow/files/acls.json`)."""
+    files/acls.json holds every row: `python -m ops.acls > deploy/helm/m1flow/files/acls.json`)."""
     rules: dict[tuple[str, str, str], list[str]] = {}
     for acl in bindings(name):
         pattern = acl.resource_pattern

@@ -23,7 +23,7 @@ from m1flow.data.dataset import FileSource
 from m1flow.data.importers import import_row
 from m1flow.data.record import TaskRecord
 from m1flow.data.writers import open_writer, sibling_path, writer_format
-from m1flow.ops.profile import ProfileError, read_profile
+from ops.profile import ProfileError, read_profile
 
 KEPT, TOO_EASY, TOO_HARD, UNPROFILED = "kept", "too easy", "too hard", "unprofiled"
 PLACES = (KEPT, TOO_EASY, TOO_HARD, UNPROFILED)

@@ -15,10 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
-from m1flow.kafka import Broker, BrokerError
-from m1flow.ops.control_cli import add_parsers as add_control_parsers
-from m1flow.ops.data_cli import add_parsers as add_data_parsers
-from m1flow.ops.services import NAMES, service
+from ops.kafka import Broker, BrokerError
+from ops.control_cli import add_parsers as add_control_parsers
+from ops.data_cli import add_parsers as add_data_parsers
+from ops.services import NAMES, service
 
 DEFAULT_RUN = Path(os.environ.get("M1FLOW_RUN_DIR", "run"))
 
@@ -59,7 +59,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from m1flow.bus.admin import admin_client, end_offsets
     from m1flow.bus.topics import BY_NAME
-    from m1flow.ops.topics_io import dump_jsonl
+    from ops.topics_io import dump_jsonl
 
     bootstrap = _bootstrap(args)
     if args.action == "dump":
@@ -111,7 +111,7 @@ def _learner_offsets(run_dir: Path) -> dict[str, int]:
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     """Dead letters, one line each: where the record was, which group rejected it, and why."""
-    from m1flow.ops.topics_io import read_range
+    from ops.topics_io import read_range
 
     print(f"{'source':<22}{'group':<28}{'service':<10}error")
     for entry in read_range(_bootstrap(args), "dlq", args.from_, args.to, args.limit):
@@ -129,8 +129,8 @@ def secure_replay(run_dir: Path, bootstrap: str, service: str, group: str, suffi
     group must be one its ACLs allow, and the operator (admin) creates the `.suffix` topics it writes,
     which it may not. The service's identity as environment variables; none on a plaintext broker."""
     from m1flow.bus.admin import ensure_topics
-    from m1flow.ops.acls import group_prefix
-    from m1flow.ops.stack import Stack
+    from ops.acls import group_prefix
+    from ops.stack import Stack
     from m1flow.security import config as security
 
     admin = security.current()
@@ -145,9 +145,9 @@ def secure_replay(run_dir: Path, bootstrap: str, service: str, group: str, suffi
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from m1flow.ops.launcher import launch
-    from m1flow.ops.replay import ReplayError, replay_args
-    from m1flow.ops.topics_io import prepare_replay
+    from ops.launcher import launch
+    from ops.replay import ReplayError, replay_args
+    from ops.topics_io import prepare_replay
 
     bootstrap = _bootstrap(args)
     service_args = args.service_args[1:] if args.service_args[:1] == ["--"] else args.service_args
@@ -173,8 +173,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from m1flow.ops.stack import Stack
-    from m1flow.ops.supervisor import RestartPolicy, Supervisor
+    from ops.stack import Stack
+    from ops.supervisor import RestartPolicy, Supervisor
 
     try:
         replicas = dict(r.split("=", 1) for r in args.replicas)
@@ -183,11 +183,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from m1flow.ops.demo import warmstart_for
+    from ops.demo import warmstart_for
 
     service_args = {"rollout": ["--engine", args.engine]}
     if args.sources:  # the prompt source runs only when given its datasets
-        from m1flow.ops.sources_file import SourcesFileError, resolved_sources
+        from ops.sources_file import SourcesFileError, resolved_sources
 
         try:  # relative dataset paths are the file's, not the repository root's (where services run)
             service_args["source"] = ["--config", str(resolved_sources(args.sources, args.run_dir))]
@@ -213,7 +213,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from m1flow.ops.supervisor import down
+    from ops.supervisor import down
 
     stopped = down(args.run_dir)
     print(f"stopped {stopped} process(es)" if stopped else f"nothing was running under {args.run_dir.resolve()}")
@@ -221,7 +221,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from m1flow.ops.chaos.run import ChaosConfig, ChaosRun
+    from ops.chaos.run import ChaosConfig, ChaosRun
 
     overrides = {k: v for k, v in (("seed", args.seed), ("cycles", args.cycles), ("prompts", args.prompts),
                                    ("spacing_s", args.spacing)) if v is not None}
@@ -236,9 +236,9 @@ def cmd_svc(args: argparse.Namespace) -> int:
 
 def cmd_feed(args: argparse.Namespace) -> int:
     from m1flow.bus import Producer
-    from m1flow.source import publish
+    from ops.feed import publish
     from m1flow.tasks.arith import problems
-    from m1flow.warmstart import WarmStartConfig
+    from ops.warmstart import WarmStartConfig
 
     producer = Producer(_bootstrap(args), "feed")
     if args.dataset:
@@ -256,7 +256,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
 def _feed_dataset(args: argparse.Namespace, producer) -> int:  # noqa: ANN001 - m1flow.bus.Producer
     """A one-shot publish of a file's first rows, in file order, through svc_source's record path."""
     from m1flow.data.dataset import DatasetConfig
-    from m1flow.source import publish_dataset
+    from ops.feed import publish_dataset
 
     try:
         ids, bad = publish_dataset(producer, DatasetConfig(path=args.dataset), args.n, args.group_size, args.run_id)
@@ -271,7 +271,7 @@ def _feed_dataset(args: argparse.Namespace, producer) -> int:  # noqa: ANN001 - 
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from m1flow.ops.demo import DemoConfig, run_demo
+    from ops.demo import DemoConfig, run_demo
 
     return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model))
 
@@ -359,9 +359,9 @@ def parser() -> argparse.ArgumentParser:
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
 
-    from m1flow.ops.cluster import add_parser as add_cluster_parser
+    from ops.cluster import add_parser as add_cluster_parser
     add_cluster_parser(sub)
-    from m1flow.ops.kube import add_parser as add_kube_parser
+    from ops.kube import add_parser as add_kube_parser
     add_kube_parser(sub)
     return p
 

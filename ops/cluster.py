@@ -1,6 +1,6 @@
 """`m1flow cluster up|status|down`: the mini-cluster of docker-compose.yml, with the images chosen
 for this machine and a status table; `--secure` adds docker-compose.secure.yml (TLS with a
-certificate per container and the ACLs: m1flow/ops/cluster_secure.py, docs/security.md).
+certificate per container and the ACLs: ops/cluster_secure.py, docs/security.md).
 
 `docker compose up` alone works where the public images can be pulled. This command also makes the
 engine answer (scripts/docker_engine.sh), picks local stand-in images where no registry answers
@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from m1flow.bus.topics import TopicLayout
-from m1flow.ops import ROOT
+from ops import ROOT
 from m1flow.security import config as security
 from m1flow.security.config import SecurityConfig
 
@@ -114,7 +114,7 @@ class Cluster:
         policy_version connect to localhost:<kafka_port> as."""
         if not self.config.secure:
             return None
-        from m1flow.ops.cluster_secure import identity
+        from ops.cluster_secure import identity
 
         return identity(self.config.secrets_path, "admin")
 
@@ -190,7 +190,7 @@ class Cluster:
         """Everything up and healthy (compose's --wait), the initial policy included. Secure: the
         CA and identities first (made once, reused after), and the mode recorded for the other actions."""
         if self.config.secure:
-            from m1flow.ops.cluster_secure import make_secrets
+            from ops.cluster_secure import make_secrets
 
             make_secrets(self.config.secrets_path)
         _record_mode(self.config)
@@ -223,9 +223,9 @@ class Cluster:
     def feed(self, n: int, seed: int = 1, group_size: int = 8, prefix: str = "arith") -> list[str]:
         """Publish n arithmetic prompts from the host; returns their prompt ids."""
         from m1flow.bus import Producer
-        from m1flow.source import publish
+        from ops.feed import publish
         from m1flow.tasks.arith import problems
-        from m1flow.warmstart import WarmStartConfig
+        from ops.warmstart import WarmStartConfig
 
         producer = Producer(self.bootstrap, "cluster-feed", security=self.admin_security)
         try:
@@ -249,7 +249,7 @@ class Cluster:
 
     def policy_version(self) -> int | None:
         """The newest version announced on `policy`, or None when the broker does not answer."""
-        from m1flow.ops.topics_io import read_range
+        from ops.topics_io import read_range
 
         try:
             with self.operator():
@@ -261,8 +261,8 @@ class Cluster:
 
     def access_token(self) -> str:
         """The token the monitor made for its dashboard and Monitor.Report (they listen on the
-        containers' network, beyond loopback: svc_monitor/access.py), read from the run volume."""
-        from svc_monitor.access import TOKEN_FILE
+        containers' network, beyond loopback: svc_monitor.client.TOKEN_FILE), read from the run volume."""
+        from svc_monitor.client import TOKEN_FILE
 
         out = self.compose("exec", "-T", "svc_monitor", "cat", f"/data/run/{TOKEN_FILE}", capture=True, light=True)
         return out.stdout.strip()
@@ -372,7 +372,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """`m1flow cluster ...` (the hook m1flow/ops/cli.py calls)."""
+    """`m1flow cluster ...` (the hook ops/cli.py calls)."""
     c = sub.add_parser("cluster", help="the docker compose mini-cluster: up, status, feed, token, down")
     c.add_argument("action", choices=["up", "status", "feed", "token", "down"],
                    help="feed: publish --feed prompts (default 64) from the host; "

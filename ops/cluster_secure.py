@@ -14,10 +14,10 @@ On the host, under the cluster's secrets folder (`ClusterConfig.secrets_dir`; de
                rollout: `sign.pub` (the learner's public key it verifies announcements with)
 
 A container thus holds its own key and no other: a compromised reward container has the reward
-principal's rights (m1flow/ops/acls.py) and nothing else. The folders are copies of ca/ refreshed
+principal's rights (ops/acls.py) and nothing else. The folders are copies of ca/ refreshed
 on every `up`, so a CA made anew (ca/ deleted) reaches every container.
 
-In the `kafka_init` container (`python -m m1flow.ops.cluster_secure init`, as `admin`): the topics
+In the `kafka_init` container (`python -m ops.cluster_secure init`, as `admin`): the topics
 (services have no CREATE right in secure mode) and the ACLs. (The `feed` profile runs the `m1flow` CLI,
 which acts as the identity M1FLOW_SECURITY names.) `... secrets DIR` makes the folder for
 a plain `docker compose -f docker-compose.yml -f docker-compose.secure.yml up`.
@@ -30,7 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from m1flow.ops.services import NAMES
+from ops.services import NAMES
 from m1flow.security.config import SecurityConfig, from_env
 from m1flow.security.pki import CertificateAuthority, signing_key, write_private
 
@@ -102,7 +102,7 @@ def init(bootstrap: str) -> None:
     """Topics (with M1FLOW_TOPICS's layout, as the services would in plaintext) and every service's ACLs."""
     from m1flow.bus.admin import ensure_topics
     from m1flow.bus.topics import TopicLayout
-    from m1flow.ops.acls import apply_acls
+    from ops.acls import apply_acls
 
     admin = _from_env()
     layout = TopicLayout.model_validate_json(os.environ["M1FLOW_TOPICS"]) if os.environ.get("M1FLOW_TOPICS") else None
@@ -112,7 +112,7 @@ def init(bootstrap: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m m1flow.ops.cluster_secure", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ops.cluster_secure", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", required=True)
     i = sub.add_parser("init", help="(kafka_init container) create the topics and the ACLs as admin")
     i.add_argument("--bootstrap", default="kafka:9092")

@@ -78,7 +78,7 @@ def _fail(message: str) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from m1flow.data import DatasetConfig, TableError, open_source
-    from m1flow.ops.data_validate import GoldChecker, Summary, check_rows
+    from ops.data_validate import GoldChecker, Summary, check_rows
 
     try:
         kinds = json.loads(args.kinds)
@@ -122,7 +122,7 @@ def _kinds(text: str) -> dict[str, str]:
 def cmd_profile(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from m1flow.ops.profile import ProfileConfig, ProfileError, Profiler, ServiceFailed, summary_line
+    from ops.profile import ProfileConfig, ProfileError, Profiler, ServiceFailed, summary_line
 
     try:
         cfg = ProfileConfig(file=args.file, model=args.model, k=args.k, out=args.out, run_dir=args.run_dir,
@@ -155,8 +155,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_filter(args: argparse.Namespace) -> int:
     from m1flow.data import DatasetConfig
-    from m1flow.ops.bands import BandError, Bands, filter_file
-    from m1flow.ops.profile import ProfileError
+    from ops.bands import BandError, Bands, filter_file
+    from ops.profile import ProfileError
 
     try:
         bands = Bands.parse(args.band)

@@ -5,7 +5,7 @@ whose response is the gold written as a policy would (m1flow.data.gold) -> frame
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
 prompt, its gold or its verifier disagree, and training on it would teach noise. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
-is used), tethered to this process (m1flow.ops.tethered) so that no exit leaves it running. Nothing is published.
+is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class GoldChecker:
         return self._with_sandbox
 
     def _start_sandbox(self) -> str:
-        from m1flow.ops.launcher import ServiceProcess
+        from ops.launcher import ServiceProcess
 
         if self.run_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="m1flow-validate-")
@@ -99,7 +99,7 @@ class GoldChecker:
         self.say("validate: code/swe rows: starting a local sandbox ...")
         self._sandbox_proc = ServiceProcess(
             "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0"],
-            entry=[sys.executable, "-m", "m1flow.ops.tethered", str(os.getpid()), "svc_sandbox"]).start()
+            entry=[sys.executable, "-m", "ops.tethered", str(os.getpid()), "svc_sandbox"]).start()
         return self._sandbox_proc.wait_ready(120).grpc_address
 
     def close(self) -> None:

@@ -26,10 +26,10 @@ from m1flow.contracts import rpc, rpc_grpc
 from m1flow.data.dataset import DatasetConfig
 from m1flow.data.generators import generate as generate_record
 from m1flow.data.record import TaskRecord
-from m1flow.ops.browser import save_page
-from m1flow.ops.services import NAMES
-from m1flow.ops.stack import Stack
-from m1flow.warmstart import WarmStartConfig
+from ops.browser import save_page
+from ops.services import NAMES
+from ops.stack import Stack
+from ops.warmstart import WarmStartConfig
 from svc_monitor.client import report as monitor_report
 from svc_reward.client import LocalScorer
 from svc_rollout.client import generate, known_engine

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from m1flow.ops import ROOT
+from ops import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "m1flow"
 TOOL_CACHE = Path.home() / ".cache" / "m1flow" / "k8s" / "bin"  # where scripts/k8s_local.sh builds them
@@ -130,7 +130,7 @@ def status_table(pods: list[dict], lag: dict[str, int | None] | None = None) -> 
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """`m1flow kube ...` (the hook m1flow/ops/cli.py calls)."""
+    """`m1flow kube ...` (the hook ops/cli.py calls)."""
     k = sub.add_parser("kube", help="the Helm chart on the current kube context: render, install, status, uninstall")
     k.add_argument("action", choices=["render", "install", "status", "uninstall"])
     k.add_argument("--release", default="m1flow")

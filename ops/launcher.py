@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from m1flow.ops import ROOT
-from m1flow.ops.services import service
+from ops import ROOT
+from ops.services import service
 from m1flow.runtime import health
 from m1flow.runtime.service import ready_file
 

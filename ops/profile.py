@@ -227,7 +227,7 @@ class Profiler:
         self.inherited: set[int] = set()  # rows an earlier run published
 
     def run(self) -> Counts:
-        from m1flow.ops.stack import Stack
+        from ops.stack import Stack
 
         cfg = self.cfg
         source = self._open()
@@ -277,7 +277,7 @@ class Profiler:
         cfg = self.cfg
         from m1flow.checkpoint import uri_for
 
-        # services run in the checkout (m1flow.ops.launcher): paths go to them absolute
+        # services run in the checkout (ops.launcher): paths go to them absolute
         rollout = [*(["--config", str(cfg.rollout_config.resolve())] if cfg.rollout_config else []),
                    "--engine", engine, "--group-size", str(cfg.k), "--max-new-tokens", str(cfg.max_new_tokens),
                    "--pinned-policy", uri_for(cfg.model), "--pinned-policy-version", str(version)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from m1flow.checkpoint import LEARNER_CHECKPOINTS, has_weights, version_dir
-from m1flow.ops.topics_io import read_range
+from ops.topics_io import read_range
 
 REPLAYS = "replays"
 

@@ -1,6 +1,6 @@
 """The prompt source's settings file as `m1flow up --sources FILE` hands it to svc_source.
 
-Why a copy: the services run from the repository root (m1flow/ops/launcher.py), so a dataset path
+Why a copy: the services run from the repository root (ops/launcher.py), so a dataset path
 written relative in the user's file would be looked up there, not beside the file. Each relative
 `path:` is made absolute against the file's own directory (as docker compose reads its paths), and
 svc_source reads that copy from the run directory; everything else is passed on as written.

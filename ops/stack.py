@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
-from m1flow.kafka import Broker
-from m1flow.ops.acls import apply_acls
-from m1flow.ops.launcher import ServiceProcess, launch
-from m1flow.ops.services import NAMES, ON_DEMAND, service
+from ops.kafka import Broker
+from ops.acls import apply_acls
+from ops.launcher import ServiceProcess, launch
+from ops.services import NAMES, ON_DEMAND, service
 from m1flow.security import config as security
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import CertificateAuthority, signing_key
-from m1flow.warmstart import WarmStartConfig, warm_started_policy
+from ops.warmstart import WarmStartConfig, warm_started_policy
 
 
 class Stack:
@@ -27,7 +27,7 @@ class Stack:
         """model: the policy the learner starts from (any local model directory); None: a warm
         start of `warmstart` (the hybrid model by default). secure: a CA and one certificate per
         service under run_dir/secrets, the broker over TLS with client certificates and the ACLs
-        of m1flow/ops/acls.py; every service gets its own identity (docs/security.md).
+        of ops/acls.py; every service gets its own identity (docs/security.md).
         tethered: the broker and every service die with this process, even when it is SIGKILLed
         (a tool's private stack, `m1flow data profile`); their data stays for the next start."""
         self.run_dir = Path(run_dir).resolve()
@@ -94,7 +94,7 @@ class Stack:
         return bool(self.service_args.get(name)) or f"M1FLOW_{name.upper()}S" in os.environ
 
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
-        entry = [sys.executable, "-m", "m1flow.ops.tethered", str(os.getpid()), service(name).module] \
+        entry = [sys.executable, "-m", "ops.tethered", str(os.getpid()), service(name).module] \
             if self.tethered else None
         proc = launch(name, self.run_dir, self.bootstrap, self.args_for(name), replica=replica,
                       run_id=self.run_id, wait=wait, env=self.identity_env(name), entry=entry)

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from m1flow.ops.launcher import ServiceProcess
-from m1flow.ops.stack import Stack
+from ops.launcher import ServiceProcess
+from ops.stack import Stack
 from m1flow.runtime import health
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ def down(run_dir: Path, timeout: float = 60.0, say: Callable[[str], None] = prin
 
     Returns how many processes were stopped.
     """
-    from m1flow.kafka import Broker
+    from ops.kafka import Broker
 
     path = Path(run_dir) / STATE_FILE
     state = json.loads(path.read_text()) if path.exists() else {}

@@ -1,6 +1,6 @@
 """Run a module as __main__, killed by the kernel when the process that started it dies.
 
-    python -m m1flow.ops.tethered <parent pid> <module> [args...]
+    python -m ops.tethered <parent pid> <module> [args...]
 
 Why: a tool that starts a helper service for its own use (`m1flow data validate` starts a sandbox)
 must leave nothing running on any exit, a SIGKILL of the tool included, which no `finally` sees.

@@ -32,6 +32,8 @@ from m1flow.tokenizer import TokenizerConfig, build_tokenizer
 if TYPE_CHECKING:
     from m1flow.data.record import TaskRecord
 
+LIBRARY = Path(chat.__file__).resolve().parent  # m1flow/: a cached policy is a function of its code too
+
 Arch = Literal["minimax_m1", "qwen2", "llama"]
 
 # Small transformers architectures built from a config (no download): a few layers, width 128.
@@ -220,7 +222,7 @@ def _mixture_sources(here: Path) -> list[Path]:
 
 
 def _key(cfg: WarmStartConfig) -> str:
-    here = Path(__file__).parent
+    here = LIBRARY
     sources = [Path(__file__), here / "chat.py", here / "lm.py", here / "tokenizer.py", here / "checkpoint.py",
                *([here / "tasks" / f"{cfg.task}.py"] if cfg.task != "mixture" else []),
                *([here / "tasks" / "chain.py"] if cfg.task == "recheck" else []),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from m1flow.contracts import events
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 from svc_reward.result import ScoreResult
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from m1flow.data.record import TaskRecord, Verifier
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 # (suffix after ':', seed, index, level, config) -> record
 Generator = Callable[[str, int, int, "int | None", dict[str, Any]], TaskRecord]

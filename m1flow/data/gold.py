@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from m1flow.chat import response_text
 from m1flow.data.record import TaskRecord
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 
 class NoGold(Exception):

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from m1flow.data.record import RowError, SpecError, TaskRecord
 from m1flow.data.specs import dotted
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 # verl's data_source names (verl/utils/reward_score/__init__.py) -> our verifier kind
 DEFAULT_KINDS: dict[str, str] = {

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from m1flow.data.record import SpecError, Verifier
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 

@@ -2,7 +2,7 @@
 reward, rollout, learner and sandbox containers and of the broker at random moments over several
 cycles, then the guarantees checked from the topics and the learner's checkpoints.
 
-The plan of faults, the progress watcher, the timeline and the invariant checker are m1flow.ops.chaos's,
+The plan of faults, the progress watcher, the timeline and the invariant checker are ops.chaos's,
 shared with the chaos run of `m1flow up`; only how a fault reaches its target differs. Docker's
 restart policy does not undo a `docker kill` (the engine counts it as a deliberate stop), so the
 runner plays the orchestrator: it starts a killed container again after a random outage. A frozen
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from m1flow.ops.chaos.faults import BROKER_FAULTS, READERS, SERVICE_FAULTS, Fault, Injector, plan
-from m1flow.ops.chaos.invariants import Report, check
-from m1flow.ops.chaos.run import Watcher, timeline
-from m1flow.ops.cluster import Cluster
-from m1flow.ops.services import SERVICES
+from ops.chaos.faults import BROKER_FAULTS, READERS, SERVICE_FAULTS, Fault, Injector, plan
+from ops.chaos.invariants import Report, check
+from ops.chaos.run import Watcher, timeline
+from ops.cluster import Cluster
+from ops.services import SERVICES
 
 # chaos target -> compose service
 TARGETS = {s.name: s.container for s in SERVICES if s.cluster_chaos}
@@ -52,7 +52,7 @@ def cluster_plan(cfg: ClusterChaosConfig) -> list[Fault]:
 
 
 class ContainerInjector(Injector):
-    """The faults of m1flow.ops.chaos applied to the containers of one compose project."""
+    """The faults of ops.chaos applied to the containers of one compose project."""
 
     def __init__(self, cluster: Cluster, run_dir: Path, rng: random.Random, outage_s: tuple[float, float]) -> None:
         super().__init__(run_dir, cluster.bootstrap)
@@ -154,7 +154,7 @@ class ClusterChaos:
         """Wait until every fed prompt is scored and no new version came for quiet_s (the learner then
         holds at most a partial batch: dynamic sampling drops degenerate groups, so the number of
         versions alone cannot say when it is done). Returns when it settled, None on timeout."""
-        from m1flow.ops.topics_io import read_range
+        from ops.topics_io import read_range
 
         deadline = time.monotonic() + timeout
         version, since = -1, time.monotonic()

@@ -122,7 +122,7 @@ class Injector:
         return f"pid {pid}"
 
     def _broker_pid(self) -> int | None:
-        from m1flow.kafka import Broker
+        from ops.kafka import Broker
 
         state = Broker(self.run_dir / "kafka").state()
         return state.pid if state and psutil.pid_exists(state.pid) else None

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from m1flow.ops.topics_io import read_range
+from ops.topics_io import read_range
 
 
 @dataclass

@@ -17,13 +17,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from m1flow.bus.admin import end_offsets
-from m1flow.kafka import Broker
-from m1flow.ops import ROOT
-from m1flow.ops.chaos.faults import READERS, Fault, Injected, Injector, plan
-from m1flow.ops.chaos.invariants import Report, check, check_source
-from m1flow.ops.services import NAMES
+from ops.kafka import Broker
+from ops import ROOT
+from ops.chaos.faults import READERS, Fault, Injected, Injector, plan
+from ops.chaos.invariants import Report, check, check_source
+from ops.services import NAMES
 from m1flow.security import config as security
-from m1flow.warmstart import WarmStartConfig
+from ops.warmstart import WarmStartConfig
 
 
 class ChaosConfig(BaseModel):
@@ -107,7 +107,7 @@ class ChaosRun:
         self.up: subprocess.Popen | None = None
 
     def m1flow(self, *args: str, **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
-        return subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), *args],
+        return subprocess.run([sys.executable, "-m", "ops", "--run-dir", str(self.run_dir), *args],
                               cwd=ROOT, env=self._env(), capture_output=True, text=True, **kwargs)
 
     def _env(self) -> dict[str, str]:
@@ -120,7 +120,7 @@ class ChaosRun:
         log = open(self.run_dir / "up.out", "ab")
         sources = self.run_dir / "sources.json"
         sources.write_text(json.dumps(self.source_settings()))
-        self.up = subprocess.Popen([sys.executable, "-m", "m1flow", "--run-dir", str(self.run_dir), "up",
+        self.up = subprocess.Popen([sys.executable, "-m", "ops", "--run-dir", str(self.run_dir), "up",
                                     "--sources", str(sources), *(["--secure"] if self.cfg.secure else []),
                                     "--restart-policy", json.dumps({"unhealthy_restart_s": 60, "backoff_max_s": 8})],
                                    cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT,
@@ -232,6 +232,6 @@ class ChaosRun:
 
 
 def _scored_values(bootstrap: str) -> list[dict]:
-    from m1flow.ops.topics_io import read_range
+    from ops.topics_io import read_range
 
     return [r["value"] for r in read_range(bootstrap, "scored") if "value" in r]

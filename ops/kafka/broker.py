@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from m1flow.runtime.ports import free_port
 from m1flow.runtime.tether import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,12 +28,6 @@ log = logging.getLogger(__name__)
 
 class BrokerError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def jar_dir() -> Path:

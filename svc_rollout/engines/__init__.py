@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 if TYPE_CHECKING:
     from svc_rollout.engines.base import Engine

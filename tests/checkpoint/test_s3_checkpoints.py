@@ -21,7 +21,7 @@ from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import signing_key
 from m1flow.status import Status
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, build_model
+from ops.warmstart import WarmStartConfig, build_model
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.trainer import Trainer
 from svc_rollout.engines.hf import HFEngine

@@ -18,9 +18,9 @@ from m1flow.contracts import events
 from m1flow.data import DatasetConfig, open_table
 from m1flow.data.readers import read_all
 from m1flow.data.writers import sibling_path
-from m1flow.ops.bands import (DEFAULT_BAND, KEPT, TOO_EASY, TOO_HARD, UNPROFILED, Band, BandError, Bands,
+from ops.bands import (DEFAULT_BAND, KEPT, TOO_EASY, TOO_HARD, UNPROFILED, Band, BandError, Bands,
                               filter_file, parse_band)
-from m1flow.ops.profile import ProfileError, ProfileFile, check_policy, outcome_of, read_profile
+from ops.profile import ProfileError, ProfileFile, check_policy, outcome_of, read_profile
 from m1flow.status import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +199,7 @@ def dataset(path: Path) -> Path:
 
 
 def cli(*args: str | Path) -> list[str]:
-    return [sys.executable, "-m", "m1flow", "data", *map(str, args)]
+    return [sys.executable, "-m", "ops", "data", *map(str, args)]
 
 
 def leftovers(run_dir: Path) -> list[str]:
@@ -227,8 +227,8 @@ def good_lines(path: Path) -> int:
 
 def topics(run_dir: Path) -> dict[str, list[dict]]:
     """prompts, rollouts and scored of the profile's own broker (started again to read them)."""
-    from m1flow.kafka import Broker
-    from m1flow.ops.topics_io import read_range
+    from ops.kafka import Broker
+    from ops.topics_io import read_range
 
     broker = Broker(run_dir / "kafka")
     try:

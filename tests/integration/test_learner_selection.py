@@ -16,12 +16,12 @@ from m1flow.bus import Producer
 from m1flow.bus.admin import ensure_topics
 from m1flow.bus.topics import SCORED
 from m1flow.checkpoint import WEIGHTS_FILE, latest, load_state
-from m1flow.ops.cli import main
+from ops.cli import main
 from m1flow.contracts import events
-from m1flow.kafka import Broker
-from m1flow.ops.launcher import launch
+from ops.kafka import Broker
+from ops.launcher import launch
 from m1flow.status import Status
-from m1flow.warmstart import warm_started_policy
+from ops.warmstart import warm_started_policy
 from tests.integration.helpers import policy_versions, records, wait_for
 from tests.integration.test_learner_exactly_once import checkpoints, reached_version
 from tests.rl.test_legacy import V1_DROPPED, v1_groups, v1_records

@@ -12,7 +12,7 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from m1flow.status import Status
 from svc_monitor.client import report
 
@@ -114,7 +114,7 @@ def test_the_schedule_advances_on_real_groups_and_a_restarted_monitor_continues_
     level = steps[-1]["evidence"]
     assert level["signals"]["accuracy[arith]"] == 0.875 and level["thresholds"]["accuracy[arith]>"] == 0.8
 
-    from m1flow.ops.cli import main
+    from ops.cli import main
 
     address = monitor.get("monitor").grpc_address
     base = ["--bootstrap", bootstrap]

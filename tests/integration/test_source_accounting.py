@@ -10,7 +10,7 @@ from m1flow.bus import Producer, codec
 from m1flow.bus.topics import PROMPTS
 from m1flow.checkpoint import load_tokenizer
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from m1flow.tasks.arith import problems
 from svc_monitor.client import report
 

@@ -9,8 +9,8 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import CONTROL
 from m1flow.contracts import events
-from m1flow.ops.launcher import launch
-from m1flow.ops.topics_io import read_range
+from ops.launcher import launch
+from ops.topics_io import read_range
 from tests.integration.helpers import commit_end, wait_for
 from tests.integration.test_source import metric, source_config
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from m1flow.contracts import events
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 from m1flow.status import Status
 from svc_reward.client import LocalScorer, known_kinds
 from svc_reward.config import RewardConfig
