@@ -23,6 +23,7 @@ from m1flow.data.dataset import FileSource
 from m1flow.data.importers import import_row
 from m1flow.data.record import TaskRecord
 from m1flow.data.writers import open_writer, sibling_path, writer_format
+from m1flow.kinds import kind_of
 from ops.profile import ProfileError, read_profile
 
 KEPT, TOO_EASY, TOO_HARD, UNPROFILED = "kept", "too easy", "too hard", "unprofiled"
@@ -94,7 +95,7 @@ class Bands:
 
     def for_kind(self, kind: str) -> Band:
         """The kind's own band, else its family's (`logic` for `logic:sudoku`), else the default."""
-        return self.by_kind.get(kind) or self.by_kind.get(kind.split(":", 1)[0]) or self.default
+        return self.by_kind.get(kind) or self.by_kind.get(kind_of(kind)) or self.default
 
     def describe(self) -> str:
         return "; ".join([f"default {self.default}", *(f"{k} {b}" for k, b in sorted(self.by_kind.items()))])

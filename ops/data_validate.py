@@ -1,7 +1,7 @@
 """`m1flow data validate`: every row's schema, and its gold scored through the path a rollout takes.
 
 The path: record -> Prompt (to_prompt) -> framed bytes (m1flow.bus.codec, as on Kafka) -> a Rollout
-whose response is the gold written as a policy would (m1flow.data.gold) -> framed bytes ->
+whose response is the gold written as a policy would (m1flow.kinds.gold_response) -> framed bytes ->
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
 prompt, its gold or its verifier disagree, and training on it would teach noise. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
@@ -21,12 +21,9 @@ from typing import Any
 
 from m1flow.bus import codec
 from m1flow.contracts import events
-from m1flow.data.gold import NoGold, gold_response
 from m1flow.data.record import RowError, TaskRecord
+from m1flow.kinds import KINDS, NoGold, gold_response
 from m1flow.status import Status
-
-SANDBOX_KINDS = frozenset({"code", "swe"})
-GOLD_FIELD = {"logic": "verifier.spec.solution", "rg": "verifier.spec"}
 
 
 def reward_scorer(sandbox_address: str = "") -> Any:
@@ -74,7 +71,7 @@ class GoldChecker:
         if result.status is Status.OK and result.reward >= 1.0 - 1e-6 and result.correct is not False:
             return Verdict(index)
         why = f"the gold scores {result.reward:g}, not 1 ({Status(result.status).name}: {result.detail})"
-        return Verdict(index, RowError(path, index, GOLD_FIELD.get(record.verifier.family, "verifier.gold"), why))
+        return Verdict(index, RowError(path, index, KINDS.get(record.verifier.family).gold_field, why))
 
     def prepare(self, record: TaskRecord) -> None:
         """Build the scorer a record needs (and start the sandbox) here, in the calling thread: the
@@ -82,7 +79,7 @@ class GoldChecker:
         self._scorer(record.verifier.family)
 
     def _scorer(self, family: str) -> Any:
-        if family not in SANDBOX_KINDS:
+        if not KINDS.get(family).sandbox:
             if self._plain is None:
                 self._plain = reward_scorer()
             return self._plain

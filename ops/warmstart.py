@@ -120,7 +120,7 @@ def noisy_gold(gold: str, rng: random.Random, noise: float) -> str:
 def mixture_examples(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[tuple["TaskRecord", str]]:
     """(record, noisy answer in the form its verifier reads), drawn from `cfg.mixture` by weight."""
     from m1flow.data.generators import generate
-    from m1flow.data.gold import GOLD
+    from m1flow.kinds import gold_answer
 
     if not cfg.mixture or any(not d.generator for d in cfg.mixture):
         raise ValueError("warm start task 'mixture' needs `mixture`: a list of generator sources")
@@ -134,7 +134,7 @@ def mixture_examples(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[t
         gold = record.verifier.gold or str(record.verifier.spec.get("solution", ""))
         wrong = record.model_copy(update={"verifier": record.verifier.model_copy(
             update={"gold": noisy_gold(gold, rng, cfg.label_noise)})})
-        out.append((record, GOLD.get(record.verifier.family)(wrong)))
+        out.append((record, gold_answer(wrong.verifier)))
     return out
 
 
@@ -217,7 +217,7 @@ def _cache_root() -> Path:
 
 def _mixture_sources(here: Path) -> list[Path]:
     """The code a mixture's examples are a function of: the generators, their tasks, the gold forms."""
-    return [here / "data" / "generators.py", here / "data" / "gold.py", here / "data" / "record.py",
+    return [here / "data" / "generators.py", *sorted((here / "kinds").glob("*.py")), here / "data" / "record.py",
             here / "tasks" / "arith.py", here / "tasks" / "rg.py", *sorted((here / "tasks" / "logic").glob("*.py"))]
 
 

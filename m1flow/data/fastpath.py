@@ -1,5 +1,5 @@
 """One pass over an m1flow-form row that proves it well formed without pydantic, and its prompt's
-body bytes, for the kinds most rows are (arith, math, genrm).
+body bytes, for the kinds most rows are (those whose declaration has a fast check: arith, math, genrm).
 
 Why: the importer, `TaskRecord` and the kind's schema cost the prompt source ~20 us a row, four
 times what reading it costs (bench/source.py). This pass checks the same rules with plain type
@@ -14,33 +14,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from m1flow.kinds import KINDS
 from m1flow.prompt_wire import BodyWriter
 
 ROW_KEYS = frozenset({"id", "source", "domain", "prompt", "verifier", "difficulty", "license"})
 VERIFIER_KEYS = frozenset({"kind", "gold", "spec", "payload_uri"})
 ROLES = frozenset({"system", "user", "assistant"})
 DOMAINS = frozenset({"reasoning", "general"})
-MATH_STYLES = frozenset({"auto", "boxed", "gsm8k", "math_dapo"})
 EMPTY = ("", None)
-
-
-def _integer(text: str) -> bool:
-    """The arith schema's `^-?\\d+$`, for ASCII digits (anything else defers to the schema)."""
-    digits = text[1:] if text[:1] == "-" else text
-    return digits.isascii() and digits.isdigit()
+# The kinds' fast checks by the whole kind string: "logic:<family>" and the like have none.
+FAST = {name: kind.fast for name in KINDS.names() if (kind := KINDS.get(name)).fast is not None}
 
 
 def _spec_fits(kind: str, gold: str, spec: dict[str, Any]) -> bool:
-    """The kind's schema (m1flow.data.specs) on the common shapes; False: let the schema say."""
-    if kind == "arith":
-        return _integer(gold)
-    if kind == "math":
-        style = spec.get("style", "auto")
-        return bool(gold) and type(style) is str and style in MATH_STYLES
-    if kind == "genrm":
-        candidates = spec.get("candidates")
-        return candidates is None or (type(candidates) is list and all(type(c) is str for c in candidates))
-    return False
+    """The kind's schema (m1flow/kinds/) on the common shapes; False: let the schema say."""
+    fits = FAST.get(kind)
+    return fits is not None and fits(gold, spec)
 
 
 def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:

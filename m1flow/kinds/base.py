@@ -1,22 +1,58 @@
-"""The schema of each verifier kind, by the kind's prefix (the part before ':').
+"""What a verifier kind is to the library: one `Kind` declaration holding every part of it.
 
-Why here and not in svc_reward: a row is checked where it is read (the prompt source, `m1flow data
-validate`), before it becomes a prompt; the reward service only scores. A schema checks what a
-verifier needs to give a reward that means something: a gold answer for math, test cases for code,
-FAIL_TO_PASS tests for SWE, a reasoning-gym task that exists. The error names the field.
+Why one object: a row is checked where it is read (the prompt source, `m1flow data validate`), its gold
+is written as a policy would answer (validate, the warm start), its answer takes a form the prompt
+asks for, and the prompt source's fast path proves common rows well formed; each of those once lived
+in its own registry under the same name. A kind now declares them together (`m1flow/kinds/<kind>.py`),
+and svc_reward registers its scorer under the same name (`svc_reward/verifiers/<kind>.py`);
+`missing_parts` names what a declaration lacks. A schema checks what a verifier needs to give a
+reward that means something: a gold answer for math, test cases for code, FAIL_TO_PASS tests for
+SWE, a reasoning-gym task that exists. The error names the field.
 """
 from __future__ import annotations
 
 import difflib
-import functools
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from m1flow.data.record import SpecError, Verifier
 from m1flow.registry import Registry
 
-NonEmpty = Annotated[str, Field(min_length=1)]
+
+class SpecError(Exception):
+    """A record whose verifier does not fit its kind: `field` names the part, `why` says what is wrong.
+
+    Not a ValueError on purpose: pydantic lets it through unwrapped, so the field survives."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field, self.why = field, why
+
+
+class NoGold(Exception):
+    """This row's gold cannot be checked offline; the message says why."""
+
+
+def kind_of(kind: str) -> str:
+    """The kind's name, the part of `VerifierSpec.kind` before ':' (`logic:sudoku` -> `logic`): what a
+    kind is declared and scored under."""
+    return kind.split(":", 1)[0]
+
+
+class Verifier(BaseModel):
+    """A task record's verifier: which kind scores it and what that kind reads."""
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description='"arith", "math", "logic:<family>", "code", "swe", "genrm", "rg:<task>"')
+    gold: str = Field("", description="the gold answer (arith, math); a reference answer or solution (others)")
+    spec: dict[str, Any] = Field(default_factory=dict, description="kind-specific structure (docs/tasks.md)")
+    payload_uri: str = Field("", description="task store reference (an SWE repository snapshot)")
+
+    @property
+    def family(self) -> str:
+        """The kind before ':' ("logic:sudoku" -> "logic"): what svc_reward dispatches on."""
+        return kind_of(self.kind)
 
 
 class KindSchema(BaseModel):
@@ -32,163 +68,81 @@ class KindSchema(BaseModel):
         return self.kind.partition(":")[2]
 
 
-SPECS: Registry[type[KindSchema]] = Registry("verifier kind")
-
-
-class _Open(BaseModel):
+class OpenSpec(BaseModel):
+    """A spec that keeps keys its schema does not name (a kind's scorer may read more)."""
     model_config = ConfigDict(extra="allow")
 
 
-@SPECS.register("arith")
-class ArithSchema(KindSchema):
-    gold: Annotated[str, Field(pattern=r"^-?\d+$", description="the integer result")]
-    spec: dict[str, Any] = {}
+@dataclass(frozen=True)
+class Style:
+    """One form an answer takes in a response: where the verifier reads it (as its errors name it)
+    and how a gold answer is written in it (`writes`, a template of `{answer}` and the kind's fields)."""
+    name: str
+    reads: str
+    writes: str = "{answer}"
+
+    def write(self, answer: str, **fields: str) -> str:
+        return self.writes.format(answer=answer, **fields)
 
 
-class MathSpec(_Open):
-    style: Literal["auto", "boxed", "gsm8k", "math_dapo"] = "auto"
+GoldWriter = Callable[[Verifier, Style], str]  # the gold in the style; NoGold when it cannot be written
+FastCheck = Callable[[str, dict[str, Any]], bool]  # (gold, spec) the schema surely accepts; False: ask it
 
 
-@SPECS.register("math")
-class MathSchema(KindSchema):
-    gold: NonEmpty
-    spec: MathSpec = MathSpec()
+@dataclass(frozen=True)
+class Kind:
+    """Everything the library knows about one verifier kind.
+
+    styles: the answer forms its verifier reads, the first the default; a spec's "style" key picks
+    another (math). fast: the prompt source's one-pass check of (gold, spec), for kinds common enough
+    to deserve one. needs_suffix: the form of a kind that names its task after ':' ("logic:<family>").
+    gold_field: the row's field a gold that does not score names. sandbox: its scorer runs programs
+    in svc_sandbox.
+    """
+    name: str
+    schema: type[KindSchema] | None = None
+    gold: GoldWriter | None = None
+    styles: tuple[Style, ...] = ()
+    fast: FastCheck | None = None
+    needs_suffix: str = ""
+    gold_field: str = "verifier.gold"
+    sandbox: bool = False
+
+    def style(self, name: str | None) -> Style:
+        """The style a spec names (None: the default); ValueError naming the known ones."""
+        if name is None:
+            return self.styles[0]
+        for style in self.styles:
+            if style.name == name:
+                return style
+        raise ValueError(f"unknown {self.name} answer style {name!r}; known: {', '.join(self.style_names)}")
+
+    @property
+    def style_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.styles)
 
 
-class PuzzleSpec(_Open):
-    task: NonEmpty
-    seed: int
-    difficulty: int
-    question: NonEmpty
-    solution: NonEmpty
-    metadata: dict[str, Any]
+KINDS: Registry[Kind] = Registry("verifier kind")
+PARTS = ("schema", "gold writer", "answer style")  # what every kind declares; a fast path is optional
 
 
-@SPECS.register("logic")
-class LogicSchema(KindSchema):
-    spec: PuzzleSpec
-
-    @model_validator(mode="after")
-    def _family(self) -> "LogicSchema":
-        if self.spec.task != self.suffix:
-            raise SpecError("verifier.spec.task", f"{self.spec.task!r} is not the kind's family {self.suffix!r}")
-        families = _logic_families()
-        if families is not None and self.suffix not in families:
-            raise SpecError("verifier.kind", _unknown("logic family", self.suffix, families))
-        return self
+def declare(kind: Kind) -> Kind:
+    """Register a kind's declaration under its name (once)."""
+    return KINDS.add(kind.name, kind)
 
 
-class StdioTest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    stdin: str = ""
-    expected_stdout: str
+def missing_parts(kind: Kind, scorers: Collection[str] | None = None) -> list[str]:
+    """The parts a declaration lacks, by name; with `scorers` (svc_reward's names), its scorer too."""
+    found = {"schema": kind.schema is not None, "gold writer": kind.gold is not None,
+             "answer style": bool(kind.styles)}
+    missing = [part for part in PARTS if not found[part]]
+    if scorers is not None and kind.name not in scorers:
+        missing.append("scorer")
+    return missing
 
 
-class StdioSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    style: Literal["stdio"] = "stdio"
-    language: str = "python"
-    tests: Annotated[list[StdioTest], Field(min_length=1)]
-
-
-class FunctionSpec(BaseModel):
-    """HumanEval style: the program, then `test` (defining check), then check(entry_point), must exit 0."""
-    model_config = ConfigDict(extra="allow")
-    style: Literal["function"]
-    language: str = "python"
-    test: NonEmpty
-    entry_point: NonEmpty
-    prompt: str = ""
-
-
-@SPECS.register("code")
-class CodeSchema(KindSchema):
-    """gold: a reference solution (optional; without it `validate` checks the schema only)."""
-    spec: Annotated[StdioSpec | FunctionSpec, Field(discriminator=None)]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _style(cls, data: Any) -> Any:  # pick the member by style, so errors name the right fields
-        spec = data.get("spec") if isinstance(data, dict) else None
-        if isinstance(spec, dict):
-            model = FunctionSpec if spec.get("style") == "function" else StdioSpec
-            try:
-                data = {**data, "spec": model.model_validate(spec)}
-            except ValidationError as exc:
-                raise SpecError(*_where(exc, "verifier.spec")) from None
-        return data
-
-
-class SweSpec(_Open):
-    fail_to_pass: Annotated[list[NonEmpty], Field(min_length=1)]
-    pass_to_pass: list[NonEmpty] = []
-    test_command: str | None = None
-    limits: dict[str, Any] | None = None
-    repo_tar: str | None = None  # base64, prompts from before the task store
-
-
-@SPECS.register("swe")
-class SweSchema(KindSchema):
-    """gold: the reference patch (optional)."""
-    spec: SweSpec
-
-    @model_validator(mode="after")
-    def _snapshot(self) -> "SweSchema":
-        if not self.payload_uri and not self.spec.repo_tar:
-            raise SpecError("verifier.payload_uri", "no repository snapshot: give payload_uri (task store) "
-                                                    "or spec.repo_tar")
-        return self
-
-
-class GenrmSpec(_Open):
-    candidates: list[str] | None = None
-
-
-@SPECS.register("genrm")
-class GenrmSchema(KindSchema):
-    """gold: a reference answer (optional)."""
-    spec: GenrmSpec = GenrmSpec()
-
-
-class RgSpec(_Open):
-    task: NonEmpty
-    config: dict[str, Any] = {}
-    seed: int
-    index: Annotated[int, Field(ge=0)]
-
-
-@SPECS.register("rg")
-class RgSchema(KindSchema):
-    """A reasoning-gym item by what regenerates it (task, config, seed, index), not the item."""
-    spec: RgSpec
-
-    @model_validator(mode="after")
-    def _task(self) -> "RgSchema":
-        if self.spec.task != self.suffix:
-            raise SpecError("verifier.spec.task", f"{self.spec.task!r} is not the kind's task {self.suffix!r}")
-        check_rg_task(self.suffix)
-        return self
-
-
-_NEEDS_SUFFIX = {"logic": "logic:<family>", "rg": "rg:<task>"}
-
-
-def check_verifier(verifier: Verifier) -> None:
-    """Raise SpecError naming the field when the verifier does not fit its kind's schema."""
-    family, _, suffix = verifier.kind.partition(":")
-    if family not in SPECS:
-        raise SpecError("verifier.kind", f"unknown verifier kind {verifier.kind!r}; known: {', '.join(SPECS.names())}")
-    if family in _NEEDS_SUFFIX and not suffix:
-        raise SpecError("verifier.kind", f"{verifier.kind!r} names no task: write {_NEEDS_SUFFIX[family]}")
-    try:
-        # the fields as they are, not model_dump(): a dump deep-copies the spec only to be validated again
-        SPECS.get(family).model_validate({"kind": verifier.kind, "gold": verifier.gold, "spec": verifier.spec,
-                                          "payload_uri": verifier.payload_uri})
-    except ValidationError as exc:
-        raise SpecError(*_where(exc, "verifier")) from None
-
-
-def _where(exc: ValidationError, prefix: str) -> tuple[str, str]:
+# ---- the schemas' error messages -------------------------------------------------------------
+def where(exc: ValidationError, prefix: str) -> tuple[str, str]:
     """(field, why) of a validation error's first problem: "verifier.spec.tests[0].expected_stdout"."""
     first = exc.errors()[0]
     why = first["msg"]
@@ -209,40 +163,7 @@ def dotted(loc: tuple[Any, ...], prefix: str = "") -> str:
     return out
 
 
-def _unknown(what: str, name: str, known: list[str] | tuple[str, ...]) -> str:
+def unknown(what: str, name: str, known: list[str] | tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(known)} known"
     return f"unknown {what} {name!r}{hint}"
-
-
-@functools.cache
-def rg_task_names() -> tuple[str, ...]:
-    """reasoning-gym's task names (imports the library once: about 1.4 s)."""
-    try:
-        from m1flow.tasks import rg  # type: ignore[attr-defined]
-
-        return tuple(rg.task_names())
-    except ImportError:
-        pass
-    try:
-        from reasoning_gym.factory import DATASETS
-    except ImportError:
-        raise SpecError("verifier.kind", "rg:<task> needs reasoning-gym: pip install 'm1flow[rg]'") from None
-    return tuple(sorted(DATASETS))
-
-
-def check_rg_task(task: str) -> None:
-    names = rg_task_names()
-    if task not in names:
-        raise SpecError("verifier.spec.task", _unknown("reasoning-gym task", task, names))
-
-
-def _logic_families() -> tuple[str, ...] | None:
-    """The library's logic families (m1flow.tasks.logic), or None before it exists."""
-    try:
-        from m1flow.tasks import logic  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    tasks = getattr(logic, "TASKS", None)
-    return tuple(tasks) if tasks is not None else None
-

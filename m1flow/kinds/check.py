@@ -1,87 +1,64 @@
-"""Each kind's gold answer written as a policy would answer, for checking a row scores full reward.
+"""A verifier checked against its kind's schema, and its gold written as a policy would answer.
 
-Why: `m1flow data validate` (and the prompt source's own checks) send the gold through the same
-path a rollout takes; the verifier then sees an answer in the form the prompt asked for (a
-\\boxed{} math answer, or the source's own style; a puzzle's <answer> tag; a fenced program; a diff),
-after the chat format's reasoning section (m1flow.chat.response_text). A kind whose gold cannot be
-checked offline raises NoGold with the reason (GenRM judges need a model; a code row without a
-reference solution has nothing to run).
+Why the gold: `m1flow data validate` (and the prompt source's own checks) send the gold through the
+same path a rollout takes; the verifier then sees an answer in the form the prompt asked for (the
+kind's answer style: a \\boxed{} math answer or the source's own style, a puzzle's <answer> tag, a
+fenced program, a diff), after the chat format's reasoning section (m1flow.chat.response_text). A
+kind whose gold cannot be checked offline raises NoGold with the reason (GenRM judges need a model;
+a code row without a reference solution has nothing to run; a kind that declares no gold writer).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
+
+from pydantic import ValidationError
 
 from m1flow.chat import response_text
-from m1flow.data.record import TaskRecord
-from m1flow.registry import Registry
+from m1flow.kinds.base import KINDS, Kind, NoGold, SpecError, Verifier, kind_of, where
 
 
-class NoGold(Exception):
-    """This row's gold cannot be checked offline; the message says why."""
+class HasVerifier(Protocol):
+    verifier: Verifier
 
 
-GOLD: Registry[Callable[[TaskRecord], str]] = Registry("gold answer")
+def kind(verifier: Verifier) -> Kind:
+    """The declaration of a verifier's kind; SpecError naming the field for one not declared."""
+    name = kind_of(verifier.kind)
+    if name not in KINDS:
+        raise SpecError("verifier.kind", f"unknown verifier kind {verifier.kind!r}; known: {', '.join(KINDS.names())}")
+    return KINDS.get(name)
 
 
-def gold_response(record: TaskRecord) -> str:
+def check_verifier(verifier: Verifier) -> None:
+    """Raise SpecError naming the field when the verifier does not fit its kind's schema."""
+    declared = kind(verifier)
+    if declared.needs_suffix and not verifier.kind.partition(":")[2]:
+        raise SpecError("verifier.kind", f"{verifier.kind!r} names no task: write {declared.needs_suffix}")
+    if declared.schema is None:
+        raise SpecError("verifier.kind", f"verifier kind {declared.name!r} declares no schema")
+    try:
+        # the fields as they are, not model_dump(): a dump deep-copies the spec only to be validated again
+        declared.schema.model_validate({"kind": verifier.kind, "gold": verifier.gold, "spec": verifier.spec,
+                                        "payload_uri": verifier.payload_uri})
+    except ValidationError as exc:
+        raise SpecError(*where(exc, "verifier")) from None
+
+
+def gold_answer(verifier: Verifier) -> str:
+    """The gold in the answer style the spec names (the kind's default when it names none or one the
+    kind does not have); NoGold when it cannot be written."""
+    if kind_of(verifier.kind) not in KINDS:
+        raise NoGold(f"unknown verifier kind {verifier.kind!r}")
+    declared = KINDS.get(kind_of(verifier.kind))
+    if declared.gold is None or not declared.styles:
+        raise NoGold(f"verifier kind {declared.name!r} declares no gold writer")
+    try:
+        style = declared.style(verifier.spec.get("style"))
+    except ValueError:
+        style = declared.styles[0]
+    return declared.gold(verifier, style)
+
+
+def gold_response(record: HasVerifier) -> str:
     """The whole response text (after the generation prompt) that states the record's gold."""
-    return response_text(GOLD.get(record.verifier.family)(record))
-
-
-@GOLD.register("arith")
-def _arith(record: TaskRecord) -> str:
-    return record.verifier.gold
-
-
-_MATH_STYLES = {"boxed": "The answer is $\\boxed{{{}}}$.", "auto": "The answer is $\\boxed{{{}}}$.",
-                "gsm8k": "#### {}", "math_dapo": "Answer: {}"}
-
-
-@GOLD.register("math")
-def _math(record: TaskRecord) -> str:
-    style = record.verifier.spec.get("style", "auto")
-    return _MATH_STYLES.get(style, _MATH_STYLES["auto"]).format(record.verifier.gold)
-
-
-@GOLD.register("logic")
-def _logic(record: TaskRecord) -> str:
-    return f"<answer>{record.verifier.gold or record.verifier.spec['solution']}</answer>"
-
-
-@GOLD.register("code")
-def _code(record: TaskRecord) -> str:
-    spec, program = record.verifier.spec, record.verifier.gold
-    if not program.strip():
-        raise NoGold("code without a reference solution (verifier.gold)")
-    if spec.get("style") == "function" and f"def {spec['entry_point']}" not in program:
-        program = spec.get("prompt", "") + program  # HumanEval's canonical solutions are function bodies
-    return f"```{spec.get('language', 'python')}\n{program.rstrip()}\n```"
-
-
-@GOLD.register("swe")
-def _swe(record: TaskRecord) -> str:
-    if not record.verifier.gold.strip():
-        raise NoGold("swe without a reference patch (verifier.gold)")
-    return f"```diff\n{record.verifier.gold.rstrip()}\n```"
-
-
-@GOLD.register("genrm")
-def _genrm(record: TaskRecord) -> str:
-    why = "with a reference answer" if record.verifier.gold else "without a reference answer"
-    raise NoGold(f"genrm {why}: a judge model scores it, not checkable offline")
-
-
-@GOLD.register("rg")
-def _rg(record: TaskRecord) -> str:
-    gold = record.verifier.gold
-    if not gold:
-        spec = record.verifier.spec
-        try:
-            from m1flow.tasks.rg import entry  # type: ignore[attr-defined]  # wt/rgcode
-        except ImportError:
-            raise NoGold("rg row without verifier.gold, and m1flow.tasks.rg is not available") from None
-        answer = entry(spec["task"], spec.get("config") or {}, spec["seed"], spec["index"]).get("answer")
-        if answer is None:
-            raise NoGold(f"reasoning-gym task {spec['task']!r} has no gold answer (answer=None)")
-        gold = str(answer)
-    return f"<answer>{gold}</answer>"
+    return response_text(gold_answer(record.verifier))

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
-from svc_reward.kinds import KINDS, KindContext
+from svc_reward.genrm.calibration import LengthCoefficients
+from svc_reward.genrm.config import GenRMKindConfig
+from svc_reward.genrm.heuristic import LengthLovingJudge, QualityJudge, distinct_word_share
+from svc_reward.genrm.judge import Judge
+from svc_reward.genrm.scorer import GenRMScorer
+from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
-
-from .calibration import LengthCoefficients
-from .config import GenRMKindConfig
-from .heuristic import LengthLovingJudge, QualityJudge, distinct_word_share
-from .judge import Judge
-from .scorer import GenRMScorer
 
 
 def build_judge(cfg: GenRMKindConfig) -> Judge | None:
@@ -28,13 +27,13 @@ def build_judge(cfg: GenRMKindConfig) -> Judge | None:
     if cfg.judge == "quality":
         return QualityJudge(distinct_word_share, cfg.length_bonus, cfg.margin, cfg.bonus_after)
     if cfg.judge == "openai":
-        from .openai_judge import OpenAIJudge
+        from svc_reward.genrm.openai_judge import OpenAIJudge
 
         return OpenAIJudge(cfg.openai)
     if cfg.judge == "native":
         from m1flow.checkpoint import load_policy
 
-        from .native_judge import NativeJudge
+        from svc_reward.genrm.native_judge import NativeJudge
 
         if not cfg.checkpoint:
             raise ValueError("genrm.judge=native needs genrm.checkpoint")
@@ -69,7 +68,7 @@ class GenRMKind:
         return self.scorer.flip_rate
 
 
-@KINDS.register("genrm")
+@SCORERS.register("genrm")
 def genrm_kind(ctx: KindContext) -> GenRMKind:
     kind = GenRMKind.from_config(ctx.config.genrm)
     if kind is None:

@@ -22,10 +22,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from m1flow.contracts import events
+from m1flow.kinds.math import MATH
 from svc_reward.config import MathVerifyConfig
-from svc_reward.kinds import KINDS, KindContext
+from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
-from svc_reward.verifiers.extract import MATH_STYLES, extract_answer, last_boxed, strip_delimiters
+from svc_reward.verifiers.extract import extract_answer, last_boxed, strip_delimiters
 
 _WORKER = Path(__file__).with_name("math_worker.py")
 
@@ -92,11 +93,6 @@ def as_boxed(answer: str) -> str:
     return "\\boxed{" + _THIN_SPACE_GROUPS.sub("", text) + "}"
 
 
-_MISSING = {"auto": "no \\boxed{} or Answer: line after the reasoning",
-            "boxed": "no \\boxed{} after the reasoning", "math_dapo": "no Answer: line or \\boxed{} after the reasoning",
-            "gsm8k": "no '#### <number>' line after the reasoning"}
-
-
 class MathVerifierPool:
     """A thread-safe pool of math-verify workers; at most `workers` comparisons run at once."""
 
@@ -109,12 +105,12 @@ class MathVerifierPool:
     def verify(self, response: str, gold: str, timeout_s: float | None = None,
                style: str = "auto") -> ScoreResult:
         """Score a full model response against a gold answer (bare or \\boxed{}); `style` says where
-        the answer is (extract.MATH_STYLES: the dataset's own convention, or 'auto' for any)."""
+        the answer is (m1flow.kinds.math.STYLES: the dataset's own convention, or 'auto' for any)."""
         if not strip_delimiters(gold):
             return ScoreResult.failed(Status.JUDGE_ERROR, "empty gold answer")
         answer = extract_answer(response, style)
         if answer is None:
-            return ScoreResult.failed(Status.FORMAT_ERROR, _MISSING[style])
+            return ScoreResult.failed(Status.FORMAT_ERROR, f"no {MATH.style(style).reads} after the reasoning")
         return self.compare(gold, answer, timeout_s)
 
     def compare(self, gold: str, answer: str, timeout_s: float | None = None) -> ScoreResult:
@@ -205,15 +201,15 @@ class MathKind:
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         style = json.loads(spec.spec_json).get("style", "auto") if spec.spec_json else "auto"
-        if style not in MATH_STYLES:
+        if style not in MATH.style_names:
             return ScoreResult.failed(Status.JUDGE_ERROR, f"unknown math answer style {style!r}; "
-                                                          f"known: {', '.join(MATH_STYLES)}")
+                                                          f"known: {', '.join(MATH.style_names)}")
         return self.pool.verify(response, spec.gold, style=style)
 
     def close(self) -> None:
         self.pool.close()
 
 
-@KINDS.register("math")
+@SCORERS.register("math")
 def math_kind(ctx: KindContext) -> MathKind:
     return MathKind(ctx.config.math)

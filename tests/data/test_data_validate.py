@@ -160,6 +160,27 @@ def test_verl_rows_of_an_unmapped_source_are_bad_until_mapped(capsys, tmp_path):
     assert validate(capsys, tmp_path / "ours.parquet", kinds='{"ours/word-problems": "math"}')[0] == 0
 
 
+def test_a_kind_without_a_gold_writer_is_schema_checked_and_said_so_per_row(capsys, tmp_path, monkeypatch):
+    """A declared kind that has a schema but no gold writer (a kind half added): each of its rows is
+    schema-checked and its verdict says why it was not scored, never a traceback; other rows are checked."""
+    from m1flow.kinds import KINDS, Kind, KindSchema, Style
+
+    monkeypatch.setitem(KINDS._items, "plain", Kind(name="plain", schema=KindSchema, styles=(Style("text", "the text"),)))
+    rows = [row("p", "a", "Say hi.", "plain", "hi"), row("p", "ok", "1+1=", "arith", "2"), row("p", "b", "Bye.", "plain")]
+    path = write(tmp_path, "jsonl", rows)
+    code, out, err = validate(capsys, path)
+    assert (code, out) == (0, ["validate: 3 rows in 1 file(s): 1 good, 0 bad, 2 schema-checked only "
+                               "(verifier kind 'plain' declares no gold writer: 2)"]) and "Traceback" not in err
+    checker = GoldChecker()
+    try:
+        verdicts = list(check_rows(checker, str(path), open_source(DatasetConfig(path=str(path))).records()))
+    finally:
+        checker.close()
+    assert [(v.index, v.error, v.unchecked) for v in verdicts] == [
+        (0, None, "verifier kind 'plain' declares no gold writer"), (1, None, ""),
+        (2, None, "verifier kind 'plain' declares no gold writer")]
+
+
 def test_check_rows_keeps_row_order_with_parallel_checks():
     checker = GoldChecker()
     try:

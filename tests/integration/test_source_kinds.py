@@ -29,7 +29,7 @@ from m1flow import chat
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from m1flow.data import DatasetConfig, open_source
-from m1flow.data.gold import gold_response
+from m1flow.kinds import gold_response
 from m1flow.data.record import RowError, TaskRecord
 from m1flow.status import Status
 from m1flow.task_store import TaskStore
