@@ -21,6 +21,7 @@ from m1flow import chat, store
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.clients import ClientError
+from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy_follower import PolicyFollower
@@ -39,6 +40,7 @@ RPC_PREFIX = "rpc/"
 METRIC_EVERY_S = 10.0
 REFRESH_BUSY_S = 0.05  # how often a busy engine reads `policy`/`control` (each step was 10% of its CPU)
 HELD_WAIT_MS = 200  # an idle engine held back by backpressure waits this long on `policy` per loop
+COMMANDS = frozenset({"set_window", "pause", "resume"})  # the `control` commands a rollout replica applies
 GAUGES_EVERY_S = 0.5  # /metrics gauges: set each engine step, they were 7% of a replica's CPU (py-spy)
 
 
@@ -115,8 +117,9 @@ class RolloutService(Service):
 
     def start(self) -> None:
         cfg = self.config
-        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
-                                    group_id=self.group_id, client=cfg.kafka_client)
+        watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
+                               group_id=self.group_id, client=cfg.kafka_client)
+        self.control = ControlFollower(watcher, CommandRule(cfg.run_id, COMMANDS))
         backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size,
                                          margin_sd=cfg.batch_margin_sd)
@@ -136,7 +139,7 @@ class RolloutService(Service):
         """Apply the whole history of `policy` and `control`, however long, before serving."""
         while not self.stop.is_set():
             try:
-                self.apply(self.watcher.catch_up())
+                self.apply(self.control.catch_up())
                 return
             except (TimeoutError, ClientError) as exc:
                 log.warning("reading `policy` and `control` to their end failed, retrying: %s", exc)
@@ -144,7 +147,7 @@ class RolloutService(Service):
     # ---- policy and control ----------------------------------------------------------------
     def refresh(self, timeout_ms: int = 0) -> None:
         """Apply new policy versions and control commands."""
-        self.apply(self.watcher.poll(timeout_ms))
+        self.apply(self.control.poll(timeout_ms))
 
     def apply(self, messages: list) -> None:
         """Take the newest announced policy and the control commands, in order; load a due policy
@@ -321,5 +324,5 @@ class RolloutService(Service):
 
     def shutdown(self) -> None:
         self.stream.close()  # prompts still in flight stay uncommitted and are sampled again after a restart
-        self.watcher.close()
+        self.control.close()
         self.backpressure.close()
