@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import queue
 import re
-import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from m1flow.contracts import events
 from m1flow.kinds.math import MATH
+from m1flow.runtime.pipes import PipeWorker
 from svc_reward.config import MathVerifyConfig
 from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
@@ -31,53 +29,27 @@ from svc_reward.verifiers.extract import extract_answer, last_boxed, strip_delim
 _WORKER = Path(__file__).with_name("math_worker.py")
 
 
-class _Worker:
-    """One math-verify worker process and its two pipes.
+class _Worker(PipeWorker):
+    """One math-verify worker process (math_worker.py) and its two pipes: jobs down, verdicts up.
 
     math_worker.py runs by path with -P, so its folder (which holds this `math` module) does not
     shadow the standard library's `math` in the worker.
     """
 
     def __init__(self, cfg: MathVerifyConfig) -> None:
-        jobs_r, jobs_w = os.pipe()
-        verdicts_r, verdicts_w = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-P", str(_WORKER), str(jobs_r), str(verdicts_w), str(cfg.memory_mb)],
-                pass_fds=(jobs_r, verdicts_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                close_fds=True)
-        except BaseException:
-            for fd in (jobs_r, jobs_w, verdicts_r, verdicts_w):
-                os.close(fd)
-            raise
-        os.close(jobs_r)
-        os.close(verdicts_w)
-        self.jobs, self.verdicts = Connection(jobs_w, readable=False), Connection(verdicts_r, writable=False)
+        super().__init__(lambda jobs, verdicts: [sys.executable, "-P", str(_WORKER), str(jobs), str(verdicts),
+                                                 str(cfg.memory_mb)],
+                         ready=b'"ready"', startup_timeout_s=cfg.startup_timeout_s,
+                         what="math-verify worker", quiet=True)
         self.tasks = 0
-        try:
-            ready = self.verdicts.poll(cfg.startup_timeout_s) and json.loads(self.verdicts.recv_bytes()) == "ready"
-        except (EOFError, OSError, ValueError):
-            ready = False
-        if not ready:
-            self.kill()
-            raise RuntimeError("math-verify worker did not start")
 
     def ask(self, gold: str, pred: str, deadline: float) -> tuple[str, str] | None:
         """(verdict, detail), or None when the worker missed the deadline."""
-        self.jobs.send_bytes(json.dumps([gold, pred]).encode())
-        if not self.verdicts.poll(deadline):
+        self.send(json.dumps([gold, pred]).encode())
+        if not self.poll(deadline):
             return None
-        verdict, detail = json.loads(self.verdicts.recv_bytes())
+        verdict, detail = json.loads(self.recv())
         return verdict, detail
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(5)
-        self.jobs.close()
-        self.verdicts.close()
 
 
 _THIN_SPACE_GROUPS = re.compile(r"(?<=\d)(?:\\,|\\ |~|\\!)(?=\d{3}\b)")
