@@ -281,7 +281,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN, help="where the broker and services keep state")
     p.add_argument("--bootstrap", default=None, help="Kafka bootstrap (default: the local broker's)")
     sub = p.add_subparsers(dest="command", required=True)
+    _topic_parsers(sub)  # kafka, topics, status, dlq, replay
+    _stack_parsers(sub)  # up, down, chaos, svc, feed
+    add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
+    add_data_parsers(sub)  # data validate FILE...
+    d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
+    d.add_argument("--minutes", type=float, default=4.0)
+    _model_flags(d)
+    d.set_defaults(func=cmd_demo)
+    from ops.cluster import add_parser as add_cluster_parser
+    add_cluster_parser(sub)
+    from ops.kube import add_parser as add_kube_parser
+    add_kube_parser(sub)
+    return p
 
+
+def _topic_parsers(sub: argparse._SubParsersAction) -> None:
+    """The broker, the topics and what is on them: kafka, topics, status, dlq, replay."""
     k = sub.add_parser("kafka", help="the local single-node KRaft broker")
     k.add_argument("action", choices=["start", "stop", "status"])
     k.set_defaults(func=cmd_kafka)
@@ -314,6 +330,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("service_args", nargs=argparse.REMAINDER, help="after --: the service's own flags")
     r.set_defaults(func=cmd_replay)
 
+
+def _stack_parsers(sub: argparse._SubParsersAction) -> None:
+    """The local stack and what runs on it: up, down, chaos, svc, feed."""
     u = sub.add_parser("up", help="start the broker and all services as local processes, supervised")
     u.add_argument("--replicas", nargs="*", default=[], help="e.g. reward=2 rollout=2")
     u.add_argument("--keep-broker", action="store_true", help="leave the broker running on exit")
@@ -350,20 +369,6 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--run-id", default="local")
     f.add_argument("--prefix", help="prompt id prefix (default: a fresh one, so ids never repeat)")
     f.set_defaults(func=cmd_feed)
-
-    add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
-    add_data_parsers(sub)  # data validate FILE...
-
-    d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
-    d.add_argument("--minutes", type=float, default=4.0)
-    _model_flags(d)
-    d.set_defaults(func=cmd_demo)
-
-    from ops.cluster import add_parser as add_cluster_parser
-    add_cluster_parser(sub)
-    from ops.kube import add_parser as add_kube_parser
-    add_kube_parser(sub)
-    return p
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:

@@ -204,6 +204,19 @@ def print_table(rows: list[rpc.VersionRow], max_rows: int = 16) -> None:
         print(f"{label:>14} | {groups:>6} | {samples:>7} | {reward:>11.3f} | {accuracy:>8.3f} | {length:>11.2f}")
 
 
+def follow(monitor: str, seconds: float, t0: float) -> None:
+    """The run's progress every 10 s for `seconds`: the newest version, groups scored, its accuracy."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(10)
+        rows = report(monitor)
+        if rows:
+            last = rows[-1]
+            groups = sum(r.groups for r in rows)
+            print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
+                  f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
+
+
 def run_demo(cfg: DemoConfig) -> int:
     torch.set_num_threads(1)
     run = cfg.run_dir.resolve() / "demo"
@@ -229,15 +242,7 @@ def run_demo(cfg: DemoConfig) -> int:
         monitor = stack.get("monitor").grpc_address
         dashboard = monitor_report(monitor).dashboard_url
         print(f"dashboard: {dashboard} (open it while the run goes on)")
-        deadline = time.monotonic() + cfg.minutes * 60
-        while time.monotonic() < deadline:
-            time.sleep(10)
-            rows = report(monitor)
-            if rows:
-                last = rows[-1]
-                groups = sum(r.groups for r in rows)
-                print(f"[{time.monotonic() - t0:6.0f}s] policy v{last.policy_version:<3} groups scored {groups:<5}"
-                      f" accuracy(v{last.policy_version}) {last.accuracy:.3f} reward {last.mean_reward:.3f}", flush=True)
+        follow(monitor, cfg.minutes * 60, t0)
         full = monitor_report(monitor, max_events=50)
         rows, source_rows = list(full.rows), list(full.source_rows)
         print(save_page(dashboard, run / "dashboard.png"))

@@ -64,7 +64,31 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
     domain: the dataset's name and domain override, as m1flow.data.importers.ImportContext has them."""
     if type(row) is not dict or not ROW_KEYS.issuperset(row):
         return None
-    verifier = row.get("verifier")
+    verifier = _verifier(row.get("verifier"))
+    named = _names(row, index, source, domain)
+    if verifier is None or named is None:
+        return None
+    kind, gold, spec, uri = verifier
+    rid, name, dom = named
+    difficulty, license_ = row.get("difficulty"), row.get("license")
+    if difficulty not in EMPTY and type(difficulty) not in (int, float):
+        return None
+    if license_ not in EMPTY and type(license_) is not str:
+        return None
+    turn = _text_of(row.get("prompt"))
+    if turn is None:
+        return None
+    try:
+        spec_json = json.dumps(spec, sort_keys=True) if spec else "{}"
+        prompt_id = f"{name}/{rid}"
+        body = writer.body(prompt_id, kind, turn[0], kind, gold, spec_json, uri, name, dom, turn[1])
+    except (ValueError, TypeError):  # not JSON, not UTF-8 (a lone surrogate): the slow path names the field
+        return None
+    return prompt_id, body
+
+
+def _verifier(verifier: Any) -> tuple[str, str, dict[str, Any], str] | None:
+    """(kind, gold, spec, payload_uri) of a verifier whose kind's fast check accepts it; None: defer."""
     if type(verifier) is not dict or not VERIFIER_KEYS.issuperset(verifier):
         return None
     kind, gold, spec, uri = verifier.get("kind"), verifier.get("gold"), verifier.get("spec"), verifier.get("payload_uri")
@@ -86,8 +110,11 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
         spec = _without_nulls(spec)
     else:
         return None
-    if not _spec_fits(kind, gold, spec):
-        return None
+    return (kind, gold, spec, uri) if _spec_fits(kind, gold, spec) else None
+
+
+def _names(row: dict[str, Any], index: int, source: str, domain: str | None) -> tuple[str, str, str] | None:
+    """(record id, source, domain) as the importer would set them; None: defer."""
     rid, name, dom = row.get("id"), row.get("source"), row.get("domain")
     if rid in EMPTY:
         rid = str(index)
@@ -105,18 +132,4 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
         dom = "reasoning"
     elif type(dom) is not str or dom not in DOMAINS:
         return None
-    difficulty, license_ = row.get("difficulty"), row.get("license")
-    if difficulty not in EMPTY and type(difficulty) not in (int, float):
-        return None
-    if license_ not in EMPTY and type(license_) is not str:
-        return None
-    turn = _text_of(row.get("prompt"))
-    if turn is None:
-        return None
-    try:
-        spec_json = json.dumps(spec, sort_keys=True) if spec else "{}"
-        prompt_id = f"{name}/{rid}"
-        body = writer.body(prompt_id, kind, turn[0], kind, gold, spec_json, uri, name, dom, turn[1])
-    except (ValueError, TypeError):  # not JSON, not UTF-8 (a lone surrogate): the slow path names the field
-        return None
-    return prompt_id, body
+    return rid, name, dom

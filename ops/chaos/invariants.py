@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ops.topics_io import read_range
 
@@ -57,11 +58,23 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
           batch_groups: int) -> Report:
     """prompt_ids: every prompt fed; bad_records: (topic, partition, offset) of injected bad input,
     each of which every group in readers[topic] must have dead-lettered."""
-    from m1flow.checkpoint import latest, load_state
-
     report = Report()
+    scored, scored_at = _check_scored(report, bootstrap, prompt_ids)
+    state, applied = _check_learner(report, run_dir, scored_at, batch_groups)
+    _check_policy(report, bootstrap)
+    letters = _check_letters(report, bootstrap, bad_records, readers)
+    report.numbers.update(prompts=len(prompt_ids), scored_groups=len(scored), applied=len(applied),
+                          newest_version=state.version if state else 0, dead_letters=len(letters))
+    return report
+
+
+ScoredAt = list[tuple[int, str, dict]]  # (offset on `scored`, group id, ScoredGroup)
+
+
+def _check_scored(report: Report, bootstrap: str, prompt_ids: set[str]) -> tuple[dict[str, list[dict]], ScoredAt]:
+    """Every prompt's group scored, and each scored once in effect (copies of the same rollouts agree)."""
     scored: dict[str, list[dict]] = defaultdict(list)
-    scored_at: list[tuple[int, str, dict]] = []
+    scored_at: ScoredAt = []
     for rec in read_range(bootstrap, "scored"):
         if "value" in rec:
             scored[rec["value"]["group_id"]].append(rec["value"])
@@ -83,6 +96,12 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     report.add("each group scored once in effect", not differing,
                f"{len(scored)} groups, {rescored} copies written again after crashes ({regenerated} of them of "
                f"regenerated rollouts); {len(differing)} with the same rollouts scored differently")
+    return scored, scored_at
+
+
+def _check_learner(report: Report, run_dir: Path, scored_at: ScoredAt, batch_groups: int) -> tuple[Any, list[str]]:
+    """From the learner's newest checkpoint: each group applied at most once, nothing it consumed lost."""
+    from m1flow.checkpoint import latest, load_state
 
     found = latest(Path(run_dir) / "learner" / "checkpoints")
     state = load_state(found) if found else None
@@ -100,13 +119,20 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     report.add("nothing the learner consumed was lost", not lost,
                f"checkpoint at scored/0@{offset}: {len(behind)} groups behind it, {len(lost)} neither applied "
                f"nor skipped; {len(pending)} groups after it (a partial batch holds < {batch_groups})")
+    return state, applied
 
+
+def _check_policy(report: Report, bootstrap: str) -> None:
     versions = [int(r["value"].get("version", 0)) for r in read_range(bootstrap, "policy") if "value" in r]
     backwards = [(a, b) for a, b in zip(versions, versions[1:]) if b < a]
     report.add("policy versions monotone", not backwards,
                f"{len(versions)} announcements, newest v{max(versions, default=0)}"
                + (f"; went back {backwards[:3]}" if backwards else ""))
 
+
+def _check_letters(report: Report, bootstrap: str, bad_records: list[tuple[str, int, int]],
+                   readers: dict[str, tuple[str, ...]]) -> list[dict]:
+    """Every injected bad record dead-lettered by every group that reads its topic, and no good one."""
     letters = [r["value"] for r in read_range(bootstrap, "dlq") if "value" in r]
     got = {(l.get("source_topic"), int(l.get("partition", 0)), int(l.get("offset", 0)), l.get("consumer_group"))
            for l in letters}
@@ -115,9 +141,7 @@ def check(bootstrap: str, run_dir: Path, prompt_ids: set[str],
     report.add("dead letters accounted for", expected <= got and not unexplained,
                f"{len(bad_records)} bad records injected, {len(expected & got)}/{len(expected)} expected letters, "
                f"{len(unexplained)} letters for good records" + (f": {sorted(unexplained)[:3]}" if unexplained else ""))
-    report.numbers.update(prompts=len(prompt_ids), scored_groups=len(scored), applied=len(applied),
-                          newest_version=state.version if state else 0, dead_letters=len(letters))
-    return report
+    return letters
 
 
 def check_source(report: Report, bootstrap: str, stream: str, rows: int, lead: int) -> None:
