@@ -134,11 +134,9 @@ class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
                 last_stats={k: float(v) for k, v in trainer.last_stats.items()})
 
 
-class LearnerService(Service):
+class LearnerService(Service, name="learner", config=LearnerServiceConfig):
     """Rank 0 of the learner: reads `scored`, trains (with the other torchrun ranks), writes `policy`."""
 
-    name = "learner"
-    Config = LearnerServiceConfig
     config: LearnerServiceConfig
 
     def __init__(self, config: LearnerServiceConfig) -> None:

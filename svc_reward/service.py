@@ -129,12 +129,10 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
         return rpc.ScoreReply(**verdict_fields(self.registry.score(request.response, request.verifier)))
 
 
-class RewardService(Service):
+class RewardService(Service, name="reward", config=RewardConfig):
     """Groups from `rollouts` scored into `scored`, the Score RPC, and (live runs only) `control`
     recalibrations of the GenRM judge."""
 
-    name = "reward"
-    Config = RewardConfig
     config: RewardConfig
 
     def __init__(self, config: RewardConfig) -> None:

@@ -15,7 +15,6 @@ import uuid
 from concurrent.futures import Future
 
 import grpc
-import torch
 
 from m1flow import chat, store
 from m1flow.bus import Context, HandlerBase, Record
@@ -76,17 +75,14 @@ class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
                                       finish_reason=sample.finish_reason, policy_version=result.version)
 
 
-class RolloutService(Service):
+class RolloutService(Service, name="rollout", config=RolloutConfig):
     """Prompts admitted into the engine as room allows, the engine stepped from the loop, the groups
     that finish published; `policy` and `control` followed between steps."""
 
-    name = "rollout"
-    Config = RolloutConfig
     config: RolloutConfig
 
     def __init__(self, config: RolloutConfig) -> None:
         super().__init__(config)
-        torch.set_num_threads(config.torch_threads)
         self.engine = engines.build(config)
         self.engine.policies = store.PolicyCache(
             config.store, config.store.cache_dir or config.run_dir / "rollout" / f"policy-cache-{config.replica}")

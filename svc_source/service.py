@@ -42,17 +42,15 @@ __all__ = ["SourceService", "SourceUnreadable", "config_digest"]
 log = logging.getLogger(__name__)
 
 
-class SourceService(Service):
+class SourceService(Service, name="source", config=SourceConfig):
     """The source's life, as a list of its parts: the sources (opened, read ahead), the draws (the
     sequence, resumed from the state), the window (batches in flight, then their state), the commands
     (control and policy), the lead (the pacing by the rollout group's lag) and the online filter."""
 
-    name = "source"
-    Config = SourceConfig
+    config: SourceConfig
 
     def __init__(self, config: SourceConfig) -> None:
         super().__init__(config)
-        self.config: SourceConfig = config
         self.sources: Sources | None = None
         self.scored: ScoredFollower | None = None
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from m1flow.registry import Registry
 
@@ -66,6 +66,24 @@ class KindSchema(BaseModel):
     @property
     def suffix(self) -> str:
         return self.kind.partition(":")[2]
+
+
+class TaskSchema(KindSchema):
+    """A kind that names its task after ':' (`logic:<family>`, `rg:<task>`) and again in spec.task:
+    the two must agree, and the task must exist (`check_task`)."""
+    task_word: ClassVar[str] = "task"
+
+    @model_validator(mode="after")
+    def _task_is_the_suffix(self) -> "TaskSchema":
+        task = getattr(self.spec, "task", None)
+        if task != self.suffix:
+            raise SpecError("verifier.spec.task", f"{task!r} is not the kind's {self.task_word} {self.suffix!r}")
+        self.check_task(self.suffix)
+        return self
+
+    @classmethod
+    def check_task(cls, task: str) -> None:
+        """SpecError naming the field when `task` does not exist."""
 
 
 class OpenSpec(BaseModel):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from m1flow.kinds.base import Kind, KindSchema, NoGold, OpenSpec, SpecError, Verifier, declare, unknown
+from m1flow.kinds.base import Kind, NoGold, OpenSpec, SpecError, TaskSchema, Verifier, declare, unknown
 from m1flow.kinds.logic import ANSWER_TAG
 from m1flow.tasks import rg
 
@@ -19,16 +19,13 @@ class RgSpec(OpenSpec):
     index: Annotated[int, Field(ge=0)]
 
 
-class RgSchema(KindSchema):
+class RgSchema(TaskSchema):
     """A reasoning-gym item by what regenerates it (task, config, seed, index), not the item."""
     spec: RgSpec
 
-    @model_validator(mode="after")
-    def _task(self) -> "RgSchema":
-        if self.spec.task != self.suffix:
-            raise SpecError("verifier.spec.task", f"{self.spec.task!r} is not the kind's task {self.suffix!r}")
-        check_rg_task(self.suffix)
-        return self
+    @classmethod
+    def check_task(cls, task: str) -> None:
+        check_rg_task(task)
 
 
 @functools.cache

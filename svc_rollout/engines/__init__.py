@@ -55,7 +55,10 @@ def _vllm(cfg: EngineSettings) -> Engine:
 
 
 def build(cfg: EngineSettings) -> Engine:
-    """The configured engine."""
+    """The configured engine, this process's torch on cfg.torch_threads (set before any model loads)."""
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
     return ENGINES.get(cfg.engine)(cfg)
 
 
