@@ -3,12 +3,13 @@
 The update loop adds each minibatch's (its policy statistics weighted by its tokens, its loss, its
 gradient norm) as tensors where they were computed, and `reduce`s them once: one sum over the ranks,
 one device sync. The trainer then notes what the step was made of (the batch's groups and rewards, the
-records it consumed, the drift warning) and the service where its time went; the whole, a dict of
-name -> float, is what `policy` announces, `metrics` carries and `LearnerService.Status` reports.
+records it consumed, the drift warning) and the service where its time went; the whole (`values`, a
+plain dict of name -> float, which is what `run_updates` returns) is what `policy` announces,
+`metrics` carries and `LearnerService.Status` reports.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 import torch
@@ -25,12 +26,21 @@ class Ranks(Protocol):
     def sum(self, x: Tensor) -> Tensor: ...
 
 
-class StepStats(dict[str, float]):
-    """The step's statistics (a dict once reduced), and the minibatch sums that make them."""
+class StepStats(Mapping[str, float]):
+    """The step's statistics (read as a mapping once reduced), and the minibatch sums that make them."""
 
-    def __init__(self, *args: object, **kwargs: float) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
         self._sums: dict[str, Tensor | float] = {}
+
+    def __getitem__(self, key: str) -> float:
+        return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
     def add(self, minibatch: Mapping[str, Tensor], loss: Tensor, grad_norm: Tensor | float, last: bool) -> None:
         """One minibatch's policy statistics (m1flow.rl.objectives.policy_stats), loss and gradient
@@ -54,8 +64,8 @@ class StepStats(dict[str, float]):
         previous = self._sums.get(key, 0.0)
         self._sums[key] = previous + (value.detach() if isinstance(value, Tensor) else value)
 
-    def reduce(self, updates: int, ranks: Ranks, device: torch.device) -> StepStats:
-        """The sums over the ranks, once, as the step's statistics (this object, now filled)."""
+    def reduce(self, updates: int, ranks: Ranks, device: torch.device) -> dict[str, float]:
+        """The sums over the ranks, once, as the step's statistics (`values`, now filled)."""
         keys = sorted(self._sums)
         totals = ranks.sum(torch.stack([torch.as_tensor(self._sums[k], dtype=torch.float64, device=device)
                                         for k in keys]))
@@ -64,14 +74,15 @@ class StepStats(dict[str, float]):
         moments = torch.tensor([reduced.pop(k) for k in _MOMENTS], dtype=torch.float64)
         last_abs, last_tokens = reduced.pop(_LAST_ABS_LOG_RATIO), reduced.pop(_LAST_NUM_TOKENS)
         n_tok = max(reduced["num_tokens"], 1.0)
-        self["updates"] = updates
+        out = self.values
+        out["updates"] = updates
         for key, value in reduced.items():
-            self[key] = value / updates if key in _PER_UPDATE else value if key == "num_tokens" else value / n_tok
-        self["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
-        self["pos_clip_high_share"] = self["pos_clip_high_frac"] / self["pos_frac"] if self["pos_frac"] > 0 else 0.0
-        self["train_infer_corr"] = pearson_from_moments(moments)
-        return self
+            out[key] = value / updates if key in _PER_UPDATE else value if key == "num_tokens" else value / n_tok
+        out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
+        out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
+        out["train_infer_corr"] = pearson_from_moments(moments)
+        return out
 
     def note(self, values: Mapping[str, float] = {}, **more: float) -> None:  # noqa: B006 - read only
         """What the step was made of, or where its time went, beside the update's statistics."""
-        self.update(values, **more)
+        self.values.update(values, **more)

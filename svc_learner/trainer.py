@@ -57,7 +57,7 @@ class Trainer:
             self.current, self.sha = ((found, checkpoint.weights_sha256(found.directory))
                                       if found is not None else self._save())
         self.applied = {gid for step in self.state.applied_groups for gid in step}
-        self.last_stats: StepStats = StepStats()
+        self.last_stats: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def _initial_state(self, source: Path) -> checkpoint.LearnerState:
@@ -94,9 +94,9 @@ class Trainer:
         return self.store.save(self.model, self.tokenizer, self.optimizer, self.state,
                                keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
-    def update(self, batch: Batch) -> StepStats:
+    def update(self, batch: Batch, stats: StepStats | None = None) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
-        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks)
+        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks, stats)
 
     def step(self, selected: Sequence[Selected], offsets: dict[str, int],
              skipped: Sequence[Skipped] = ()) -> StepStats:
@@ -108,7 +108,8 @@ class Trainer:
         batch = to_batch(selected, pad_id=self.model.config.pad_token_id or 0)
         if self.ranks.world > 1:
             broadcast_batch(batch)
-        stats = self.update(batch)
+        stats = StepStats()
+        self.update(batch, stats)
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
         # records of `scored` this step consumed (trained, skipped, duplicates): the rollout's step size
@@ -128,7 +129,7 @@ class Trainer:
             self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
             self.current, self.sha = self._save()
             self.applied.update(s.group_id for s in selected)
-            self.last_stats = stats
+            self.last_stats = stats.values  # the same dict: the service's timing notes land in it too
         return stats
 
     def announcement(self, run_id: str) -> events.PolicyVersion:

@@ -237,16 +237,19 @@ def run_updates(
     cfg: TrainConfig,
     loss_spec: LossSpec,
     ranks: Ranks = Ranks(),
-) -> StepStats:
-    """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one)."""
+    stats: StepStats | None = None,
+) -> dict[str, float]:
+    """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one); the step's
+    statistics, added to `stats` (a fresh StepStats by default) and reduced once."""
+    stats = StepStats() if stats is None else stats
     parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
-        return StepStats(updates=0)
+        stats.note(updates=0)
+        return stats.values
     batch = batch.to(next(scorer.parameters()).device)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     recompute = cfg.old_logp_source == "recompute"
     old_logp = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
-    stats = StepStats()
     for step, idx in enumerate(parts):
         mb = batch.select(idx)
         mask = trainable_mask(mb)
@@ -271,7 +274,7 @@ def train_on_batch(
     batch: Batch,
     cfg: TrainConfig,
     loss_spec: LossSpec = LossSpec(),
-) -> StepStats:
+) -> dict[str, float]:
     """Optionally recompute old log-probs, run cfg.minibatches updates of loss_spec; return stats."""
     scorer = SequenceLogprobs.configured(model, cfg)
     return run_updates(scorer, optimizer, batch, cfg, loss_spec)
