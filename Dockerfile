@@ -44,4 +44,4 @@ COPY . .
 RUN python -m m1flow.protogen
 
 # The default command runs nothing in particular; compose names the service to run.
-CMD ["python", "-m", "m1flow", "--help"]
+CMD ["python", "-m", "ops", "--help"]

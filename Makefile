@@ -34,7 +34,7 @@ proto:
 	$(PY) -m m1flow.protogen
 
 demo: setup
-	$(PY) -m m1flow demo --minutes $${MINUTES:-4}
+	$(PY) -m ops demo --minutes $${MINUTES:-4}
 
 # setup, docker and s3, then pytest while the k8s tier builds in the background (scripts/test.sh).
 # The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.
@@ -46,14 +46,14 @@ test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m unit $(PYTEST_ARGS)
 
 up: setup
-	$(PY) -m m1flow up
+	$(PY) -m ops up
 
 # The mini-cluster in containers (docker-compose.yml): `m1flow cluster up|status|down`.
 cluster: setup docker
-	$(PY) -m m1flow cluster up
+	$(PY) -m ops cluster up
 
 cluster-down:
-	$(PY) -m m1flow cluster down --volumes
+	$(PY) -m ops cluster down --volumes
 
 clean:
 	rm -rf run m1flow/v1

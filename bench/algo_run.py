@@ -26,7 +26,7 @@ from m1flow.rl.selection import Selected
 from m1flow.rl.shaping import ShapingConfig
 from m1flow.status import Status
 from m1flow.tasks import chain, recheck
-from m1flow.warmstart import WarmStartConfig
+from ops.warmstart import WarmStartConfig
 from svc_learner.batching import Batch, to_batch
 from svc_learner.optim import EPS, make_optimizer
 from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch

@@ -41,7 +41,7 @@ from m1flow.bus.admin import ensure_topics
 from m1flow.bus.topics import ROLLOUTS, TopicSpec
 from m1flow.bus.worker import Context
 from m1flow.contracts import events
-from m1flow.kafka import Broker
+from ops.kafka import Broker
 from m1flow.security import config as security
 
 GROUPS = 64  # distinct keys, so every partition of the topic gets traffic

@@ -68,7 +68,7 @@ def demo_policy(work: Path):
     import torch
 
     from m1flow.tokenizer import build_tokenizer
-    from m1flow.warmstart import WarmStartConfig, build_model
+    from ops.warmstart import WarmStartConfig, build_model
 
     tok = build_tokenizer()
     model = build_model(tok, WarmStartConfig())  # the demo's hybrid model, native engine

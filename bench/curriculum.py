@@ -34,9 +34,9 @@ from bench.pipeline import Deadline, Stopped, learner_skips, on_signals  # noqa:
 from m1flow import checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
 from m1flow.data.dataset import DatasetConfig, open_source  # noqa: E402
-from m1flow.ops.demo import rl_lr, warmstart_for  # noqa: E402
+from ops.demo import rl_lr, warmstart_for  # noqa: E402
 from m1flow.tasks.arith import parse_answer  # noqa: E402
-from m1flow.warmstart import warm_started_policy  # noqa: E402
+from ops.warmstart import warm_started_policy  # noqa: E402
 from svc_rollout.engines.base import GroupRequest  # noqa: E402
 
 SOURCES = {"easy": 3, "reach": 12, "hard": 9999}  # name -> max operand
@@ -50,8 +50,8 @@ def mixture(rows: int) -> list[dict]:
 
 def run_side(policy: Path, filtered: bool, args: argparse.Namespace, deadline: Deadline) -> dict:
     """One side: the stack for `--minutes` from the source's start; its numbers, the final policy kept."""
-    from m1flow.ops.stack import Stack
-    from m1flow.ops.topics_io import read_range
+    from ops.stack import Stack
+    from ops.topics_io import read_range
 
     run = Path(tempfile.mkdtemp(prefix=f"m1flow-bench-curriculum-{'on' if filtered else 'off'}-"))
     settings = run / "sources.json"

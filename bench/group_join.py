@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from m1flow.bus.admin import ensure_topics
 from m1flow.bus.topics import ROLLOUTS
-from m1flow.kafka import Broker
+from ops.kafka import Broker
 
 
 @dataclass

@@ -8,7 +8,7 @@ samples the next groups.
 
   services:   broker + svc_learner + svc_reward + svc_rollout, then svc_source (the "arith"
               generator, endless; it keeps a bounded lead over the rollout group, so there is no
-              prompt count to get wrong) as processes (m1flow.ops.stack); timed from the source's
+              prompt count to get wrong) as processes (ops.stack); timed from the source's
               start to the announcement of policy version `--steps`. Rollouts run ahead of the
               learner (the source's lead and the rollout's backpressure) while it trains.
   in process: the same generator records in the source's order (its cursor, same seed and block);
@@ -46,12 +46,12 @@ from m1flow import checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
 from m1flow.data.dataset import DatasetConfig, open_source  # noqa: E402
 from m1flow.data.record import TaskRecord  # noqa: E402
-from m1flow.ops.demo import rl_lr, warmstart_for  # noqa: E402
+from ops.demo import rl_lr, warmstart_for  # noqa: E402
 from m1flow.rl.config import AlgorithmConfig  # noqa: E402
 from m1flow.rl.selection import Selected  # noqa: E402
 from m1flow.status import Status  # noqa: E402
 from m1flow.tasks.arith import parse_answer  # noqa: E402
-from m1flow.warmstart import warm_started_policy  # noqa: E402
+from ops.warmstart import warm_started_policy  # noqa: E402
 from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import TrainConfig, train_on_batch  # noqa: E402
@@ -203,14 +203,14 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 
 def latest_version(bootstrap: str) -> list[dict]:
-    from m1flow.ops.topics_io import read_range
+    from ops.topics_io import read_range
 
     return [r["value"] for r in read_range(bootstrap, "policy") if "value" in r]
 
 
 def learner_skips(bootstrap: str) -> dict[str, int]:
     """The learner's skipped groups by reason (its `learner/groups_skipped` metric is a running count)."""
-    from m1flow.ops.topics_io import read_range
+    from ops.topics_io import read_range
 
     skips: dict[str, int] = {}
     for r in read_range(bootstrap, "metrics"):
@@ -240,7 +240,7 @@ def step_sequences(metrics_port: int | None) -> tuple[float, int] | None:
 def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None:
     """Seconds from the first prompt on the broker to the announcement of v`steps`, and the gaps
     between announcements (v0 -> v1 included): the source's process start-up is not the pipeline's."""
-    from m1flow.ops.topics_io import read_range
+    from ops.topics_io import read_range
 
     first = min((r["timestamp_ms"] for r in read_range(bootstrap, "prompts")), default=None)
     announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"]
@@ -256,8 +256,8 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
     """The services as processes, fed by svc_source, until the learner announces version `steps`.
     Fills `out` as it goes; the stack (broker included) is stopped however this returns, and its
     run directory removed unless `keep` (the services' logs: admission and step timelines)."""
-    from m1flow.ops.stack import Stack
-    from m1flow.ops.topics_io import read_range
+    from ops.stack import Stack
+    from ops.topics_io import read_range
 
     run = Path(tempfile.mkdtemp(prefix="m1flow-bench-services-"))
     settings = source_settings(run / "sources.json", group, batch)

@@ -17,7 +17,7 @@ import torch
 from m1flow import chat, checkpoint
 from m1flow.model import MiniMaxM1ForCausalLM, sample
 from m1flow.model.generate import Completion
-from m1flow.warmstart import WarmStartConfig, warm_started_policy
+from ops.warmstart import WarmStartConfig, warm_started_policy
 
 
 @dataclass(frozen=True)

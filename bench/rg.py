@@ -4,7 +4,7 @@ Why: the rg kind regenerates each item from (task, config, seed, index) instead 
 the reward side pays one generation per sample on top of the library's score_answer; this shows
 what the regeneration, our answer extraction, the JSON spec and the cache cost against a trainer
 that calls reasoning-gym itself (dataset[i] then score_answer(gold, entry)). The third rate is the
-whole trip a sample takes: make_record at the source, the framed Prompt, then the rg kind.
+whole trip a sample takes: rg_record at the source, the framed Prompt, then the rg kind.
 
     PYTHONPATH=. python bench/rg.py [--items 200] [--family NAME ...]
 """
@@ -15,6 +15,7 @@ import time
 
 from m1flow.bus import codec
 from m1flow.contracts import events
+from m1flow.data.generators import rg_record
 from m1flow.tasks import rg
 from svc_reward.verifiers.rg import score_rg
 
@@ -41,7 +42,7 @@ def kind_rates(task: str, n: int) -> tuple[float, float, int]:
     """(reward side only, source + wire + reward side) items per second through the rg kind, and
     the items whose reference scored 1.0."""
     start = time.perf_counter()
-    prompts = [codec.decode(codec.encode(rg.make_record(task, seed=11, index=i).to_prompt(2)), events.Prompt)
+    prompts = [codec.decode(codec.encode(rg_record(task, seed=11, index=i).to_prompt(2)), events.Prompt)
                for i in range(n)]
     made = time.perf_counter() - start
     responses = [f"<think>...</think>\n<answer>{p.verifier.gold}</answer>" for p in prompts]

@@ -30,7 +30,7 @@ from m1flow import checkpoint  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
 from m1flow.tasks.arith import problems  # noqa: E402
 from m1flow.tokenizer import build_tokenizer  # noqa: E402
-from m1flow.warmstart import WarmStartConfig, build_model  # noqa: E402
+from ops.warmstart import WarmStartConfig, build_model  # noqa: E402
 from svc_rollout.engines.base import Engine, GroupRequest  # noqa: E402
 
 NO_TRUNCATION = 1_000_000
@@ -90,10 +90,10 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
     from m1flow.bus import Producer, codec
     from m1flow.bus.admin import ensure_topics
     from m1flow.bus.topics import POLICY, POLICY_KEY
-    from m1flow.kafka import Broker
+    from ops.kafka import Broker
     from kafka import KafkaConsumer
 
-    from m1flow.ops.launcher import launch
+    from ops.launcher import launch
     from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
 
     bare = VllmEngine(VllmSettings(max_num_seqs=window * n), threads=1)

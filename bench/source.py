@@ -188,7 +188,7 @@ def main() -> None:
     import psutil
 
     from m1flow.bus.admin import ensure_topics
-    from m1flow.kafka import Broker
+    from ops.kafka import Broker
 
     args.out.mkdir(parents=True, exist_ok=True)
     broker = Broker(Path(tempfile.mkdtemp(prefix="m1flow-bench-source-")))

@@ -6,7 +6,7 @@ computed from this table.
 Why measured, not estimated: a Rollout carries every sampled token id (a varint: 3 bytes for a
 200K vocabulary) and its log-prob (4 bytes), plus the response text; a ScoredGroup carries the
 group's samples again, so the `scored` record of one group at an 80K window approaches the 16 MiB
-record limit the broker and producers are configured with (m1flow/kafka/broker.py). Token ids are
+record limit the broker and producers are configured with (ops/kafka/broker.py). Token ids are
 drawn uniformly from the vocabulary and the text at 4 characters per token, the regime of real
 responses (ids spread over the vocabulary, English-like text).
 

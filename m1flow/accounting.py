@@ -3,7 +3,8 @@ it, and label values for both that stay few enough to be metric labels.
 
 Why one home: the reward service names a group's source, and the learner and the monitor split their
 reward, accuracy, length and throughput by it; all three must agree on what the source of a record
-written before the field existed is (its task type) and on what a missing kind is.
+written before the field existed is (its task type) and on what a missing kind is (`scored_kind`; the
+kind's name itself, the part before ':', is m1flow.kinds.kind_of).
 
 Partial credit: a reward is any float (a puzzle scored 0.5); accuracy counts only the verdict
 (`correct`), never the reward, so a partial-credit sample with no verdict counts in the mean reward
@@ -32,7 +33,7 @@ def source_of(message: _Sourced) -> str:
     return message.source or message.task_type or UNKNOWN
 
 
-def kind_of(group: events.ScoredGroup) -> str:
+def scored_kind(group: events.ScoredGroup) -> str:
     """The verifier kind that scored a group; groups from before the field: the task type."""
     return group.verifier_kind or group.task_type or UNKNOWN
 
@@ -63,7 +64,7 @@ class SourceKindLabels:
         self.kinds = BoundedLabels(limit)
 
     def __call__(self, group: events.ScoredGroup) -> tuple[str, str]:
-        return self.sources(source_of(group)), self.kinds(kind_of(group))
+        return self.sources(source_of(group)), self.kinds(scored_kind(group))
 
 
 def split_by_source(items: Iterable[T], labels: Callable[[T], tuple[str, str]]) -> dict[tuple[str, str], list[T]]:

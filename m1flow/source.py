@@ -1,5 +1,6 @@
-"""The prompt source: tasks published on `prompts`, from the arithmetic generator or from task
-records (m1flow.data) through the one record -> Prompt path svc_source and `m1flow feed` share."""
+"""Task records (m1flow.data) -> prompts: the one record -> Prompt path that svc_source and the
+operator's tools (`m1flow feed`, `m1flow data profile`) share, the dead letter of a bad row, and an SWE
+task's spec. Publishing is theirs: this module writes no record."""
 from __future__ import annotations
 
 import hashlib
@@ -7,29 +8,13 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from m1flow.bus import Producer, codec
-from m1flow.bus.topics import DLQ, PROMPTS
+from m1flow.bus import codec
 from m1flow.contracts import events
-from m1flow.tasks.arith import ArithProblem
 from m1flow.task_store import TaskStore
 
 if TYPE_CHECKING:
-    from m1flow.data.dataset import DatasetConfig, TaskSource
+    from m1flow.data.dataset import TaskSource
     from m1flow.data.record import TaskRecord
-
-
-def arith_prompt(problem: ArithProblem, group_size: int, run_id: str = "local") -> events.Prompt:
-    return events.Prompt(header=codec.header("source", run_id=run_id), prompt_id=problem.prompt_id,
-                         task_type="arith", text=problem.text, group_size=group_size,
-                         verifier=events.VerifierSpec(kind="arith", gold=problem.answer))
-
-
-def publish(producer: Producer, problems: list[ArithProblem], group_size: int, run_id: str = "local") -> list[str]:
-    """Publish and wait for the broker's acknowledgement; return the prompt ids."""
-    for problem in problems:
-        producer.send(PROMPTS, problem.prompt_id, arith_prompt(problem, group_size, run_id))
-    producer.flush()
-    return [p.prompt_id for p in problems]
 
 
 def swe_verifier_spec(store: TaskStore, repo_tar: bytes, fail_to_pass: Sequence[str],
@@ -136,27 +121,3 @@ def row_letter(error: Exception, source: str, row: int, epoch: int, service: str
         source_topic=f"source:{source}", partition=epoch, offset=row, error=str(error), service=service,
         consumer_group=group)
 
-
-def publish_dataset(producer: Producer, cfg: "DatasetConfig", n: int | None, group_size: int,
-                    run_id: str = "local") -> tuple[list[str], list[str]]:
-    """`m1flow feed --dataset`: the first n rows in file order, published and acknowledged; bad rows
-    go to `dlq`. Returns (prompt ids, bad-row reasons)."""
-    from m1flow.data.dataset import open_source
-    from m1flow.data.record import RowError
-
-    source = open_source(cfg)
-    stop = len(source) if n is None else min(n, len(source))
-    ids, bad = [], []
-    for row, item in source.records(0, stop):
-        try:
-            if isinstance(item, Exception):
-                raise item
-            prompt = prompt_for(item, group_size, run_id, path=cfg.path or source.name, row=row)
-        except (ValueError, RowError) as exc:
-            producer.send(DLQ, f"source:{source.name}", row_letter(exc, source.name, row, 0, "feed", "m1flow-feed", run_id))
-            bad.append(str(exc))
-            continue
-        producer.send(PROMPTS, prompt.prompt_id, prompt)
-        ids.append(prompt.prompt_id)
-    producer.flush()
-    return ids, bad

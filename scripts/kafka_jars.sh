@@ -15,7 +15,7 @@ if [ ! -f "$dest/.complete" ]; then
     echo "m1flow: fetching Kafka $version jars from Maven Central into $dest (first run only)" >&2
     work="$(mktemp -d)"
     sed -e "s/@KAFKA_VERSION@/$version/" -e "s/@LOG4J_VERSION@/$log4j/" \
-      "$here/m1flow/kafka/pom.xml.in" > "$work/pom.xml"
+      "$here/ops/kafka/pom.xml.in" > "$work/pom.xml"
     rm -rf "$dest.tmp"
     mvn -q -B -f "$work/pom.xml" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \

@@ -34,13 +34,13 @@ KNOWN = {
 
 def framed_prompts(task: str, items: int, level: int | None) -> list[bytes] | str:
     """The family's records as framed Prompts, or why they could not be made (runs in the child)."""
-    from m1flow.tasks import rg
+    from m1flow.data.generators import rg_record
 
     try:
-        return [codec.encode(rg.make_record(task, seed=1, index=i, level=level).to_prompt(group_size=2))
+        return [codec.encode(rg_record(task, seed=1, index=i, level=level).to_prompt(group_size=2))
                 for i in range(items)]
     except ValueError as exc:
-        return f"make_record: {exc}"[:300]
+        return f"rg_record: {exc}"[:300]
 
 
 def check(frames: list[bytes] | str) -> tuple[str, str]:

@@ -10,6 +10,8 @@ bench/README.md).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # The last minibatch's mean |log ratio| of single batches on task recheck, as bench/algorithms.py
 # measured it: CALIBRATED_MAX the largest batch of the runs that kept learning, FAILED_MAX of those
 # that fell furthest; each limit lies between the two. The runs behind each figure: bench/README.md,
@@ -25,7 +27,7 @@ def drift_limit(policy_loss: str, configured: float | None = None) -> float | No
     return configured if configured is not None else DEFAULT_LIMITS.get(policy_loss)
 
 
-def drift_warning(stats: dict[str, float], policy_loss: str, limit: float | None) -> str | None:
+def drift_warning(stats: Mapping[str, float], policy_loss: str, limit: float | None) -> str | None:
     """A one-line warning when the batch's last-minibatch drift exceeds the limit, else None."""
     drift = stats.get("drift_abs_log_ratio_last")
     if limit is None or drift is None or drift <= limit:

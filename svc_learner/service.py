@@ -103,10 +103,11 @@ class ScoredHandler(HandlerBase):
             stats = trainer.step(selected, offsets, self.skipped_since_step)
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
-        # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself
+        # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself;
+        # wait_first_s, till its first group (the rest: groups too few or skipped)
         ended = time.monotonic()
-        stats["wait_s"], stats["step_s"] = started - self.step_ended, ended - started
-        stats["wait_first_s"] = (self.first_offer or started) - self.step_ended  # the rest: groups too few or skipped
+        stats.note(wait_s=started - self.step_ended, step_s=ended - started,
+                   wait_first_s=(self.first_offer or started) - self.step_ended)
         self.step_ended, self.first_offer = ended, None
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
@@ -133,11 +134,9 @@ class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
                 last_stats={k: float(v) for k, v in trainer.last_stats.items()})
 
 
-class LearnerService(Service):
+class LearnerService(Service, name="learner", config=LearnerServiceConfig):
     """Rank 0 of the learner: reads `scored`, trains (with the other torchrun ranks), writes `policy`."""
 
-    name = "learner"
-    Config = LearnerServiceConfig
     config: LearnerServiceConfig
 
     def __init__(self, config: LearnerServiceConfig) -> None:

@@ -21,6 +21,7 @@ from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_
 from svc_learner.drift import drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.placement import load_trainable
+from svc_learner.step_stats import StepStats
 from svc_learner.update import Ranks, run_updates
 
 log = logging.getLogger(__name__)
@@ -93,12 +94,12 @@ class Trainer:
         return self.store.save(self.model, self.tokenizer, self.optimizer, self.state,
                                keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
-    def update(self, batch: Batch) -> dict[str, float]:
+    def update(self, batch: Batch, stats: StepStats | None = None) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
-        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks)
+        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks, stats)
 
     def step(self, selected: Sequence[Selected], offsets: dict[str, int],
-             skipped: Sequence[Skipped] = ()) -> dict[str, float]:
+             skipped: Sequence[Skipped] = ()) -> StepStats:
         """Build the batch, train on it, then advance version and offsets together in one checkpoint
         (with the groups skipped since the last step: consumed, and accounted for).
 
@@ -107,17 +108,18 @@ class Trainer:
         batch = to_batch(selected, pad_id=self.model.config.pad_token_id or 0)
         if self.ranks.world > 1:
             broadcast_batch(batch)
-        stats = self.update(batch)
+        stats = StepStats()
+        self.update(batch, stats)
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
         # records of `scored` this step consumed (trained, skipped, duplicates): the rollout's step size
         read = sum(max(0, off - self.state.offsets.get(key, 0)) for key, off in offsets.items())
         consumed = float(max(read, len(selected) + len(skipped)))
-        stats = {**batch_stats(selected), "groups_consumed": consumed, **stats}
+        stats.note(batch_stats(selected), groups_consumed=consumed)
         warning = drift_warning(stats, self.loss_spec.name, self.drift_limit)
         if warning:
             log.warning("step %s: %s", self.state.version + 1, warning)
-        stats["drift_warning"] = float(warning is not None)  # on `metrics` as learner/drift_warning
+        stats.note(drift_warning=float(warning is not None))  # on `metrics` as learner/drift_warning
         with self.lock:
             self.state.version += 1
             self.state.step += 1
@@ -127,7 +129,7 @@ class Trainer:
             self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
             self.current, self.sha = self._save()
             self.applied.update(s.group_id for s in selected)
-            self.last_stats = stats
+            self.last_stats = stats.values  # the same dict: the service's timing notes land in it too
         return stats
 
     def announcement(self, run_id: str) -> events.PolicyVersion:

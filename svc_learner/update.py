@@ -40,10 +40,8 @@ from .batching import Batch
 from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
 from .placement import ModelDtype
-from .precision import HeadDtype, cast_head, correlation_moments, pearson_from_moments
-
-LAST_ABS_LOG_RATIO, LAST_NUM_TOKENS = "_last_abs_log_ratio", "_last_num_tokens"  # reduced with the sums
-
+from .precision import HeadDtype, cast_head
+from .step_stats import StepStats
 
 class TrainConfig(BaseModel):
     """The learner's `train:` block: how a batch is trained on (optimizer, updates, LM head); what
@@ -226,6 +224,12 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
     return ScoredTokens(logp, entropy, loss)
 
 
+def _objective(old_logp: Tensor, mb: Batch, mask: Tensor, loss_spec: LossSpec, ranks: Ranks) -> TokenObjective:
+    """The minibatch's token objective, normalised by the trained tokens and samples of every rank."""
+    counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
+    return TokenObjective.build(old_logp, mb.advantages, mask, loss_spec, Totals(float(counts[0]), float(counts[1])))
+
+
 def run_updates(
     scorer: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -233,60 +237,35 @@ def run_updates(
     cfg: TrainConfig,
     loss_spec: LossSpec,
     ranks: Ranks = Ranks(),
+    stats: StepStats | None = None,
 ) -> dict[str, float]:
-    """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one)."""
+    """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one); the step's
+    statistics, added to `stats` (a fresh StepStats by default) and reduced once."""
+    stats = StepStats() if stats is None else stats
     parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
-        return {"updates": 0}
+        stats.note(updates=0)
+        return stats.values
     batch = batch.to(next(scorer.parameters()).device)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     recompute = cfg.old_logp_source == "recompute"
-    old_all = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
-    sums: dict[str, Tensor] = {}
-    corr_moments = None
+    old_logp = _recompute_old_logp(scorer, batch, parts) if recompute else batch.rollout_logp.float()
     for step, idx in enumerate(parts):
         mb = batch.select(idx)
         mask = trainable_mask(mb)
-        counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
-        objective = TokenObjective.build(old_all[idx], mb.advantages, mask, loss_spec,
-                                         Totals(float(counts[0]), float(counts[1])))
+        objective = _objective(old_logp[idx], mb, mask, loss_spec, ranks)
         optimizer.zero_grad(set_to_none=True)
         logp, entropy, loss = forward_backward(scorer, mb, objective, cfg.max_tokens_per_micro_batch, ranks)
-        mb_stats = policy_stats(logp, objective, mask, entropy)
-        if step == 0:  # the policy that scored minibatch 0 is still the one the batch was handed
-            corr_moments = correlation_moments(logp, mb.rollout_logp, mask)
         drop_empty_grads(params, ranks)
         grad_norm = clip_gradients(params, cfg.grad_clip)
         optimizer.step()
-        n_tok = mb_stats["num_tokens"]
-        for key, value in mb_stats.items():
-            sums[key] = sums.get(key, 0.0) + (value if key == "num_tokens" else value * n_tok).detach()
-        sums["loss"] = sums.get("loss", 0.0) + loss.detach()
-        sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / ranks.world
-        if step == len(parts) - 1:  # the most off-policy minibatch: every other update came before it
-            sums[LAST_ABS_LOG_RATIO] = (mb_stats["abs_log_ratio"] * n_tok).detach()
-            sums[LAST_NUM_TOKENS] = n_tok.detach()
+        stats.add(policy_stats(logp, objective, mask, entropy), loss, grad_norm / ranks.world, last=step == len(parts) - 1)
+        if step == 0 and not recompute:  # the policy that scored minibatch 0 is still the one the batch was handed
+            stats.correlate(logp, mb.rollout_logp, mask)
     if recompute:  # the recomputed pass saw the whole batch before any update
         local = torch.cat(parts)
-        corr_moments = correlation_moments(old_all[local], batch.rollout_logp[local], trainable_mask(batch)[local])
-    keys = sorted(sums)
-    device = batch.input_ids.device  # one device for the reduction (NCCL reduces CUDA tensors only)
-    totals = ranks.sum(torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=device) for k in keys]))
-    reduced = dict(zip(keys, totals.tolist()))
-    n_tok = max(reduced["num_tokens"], 1.0)
-    last_abs, last_tokens = reduced.pop(LAST_ABS_LOG_RATIO), reduced.pop(LAST_NUM_TOKENS)
-    out: dict[str, float] = {"updates": len(parts)}
-    for key, value in reduced.items():
-        if key in ("loss", "grad_norm"):
-            out[key] = value / len(parts)
-        elif key == "num_tokens":
-            out[key] = value
-        else:
-            out[key] = value / n_tok
-    out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
-    out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
-    out["train_infer_corr"] = pearson_from_moments(ranks.sum(corr_moments))
-    return out
+        stats.correlate(old_logp[local], batch.rollout_logp[local], trainable_mask(batch)[local])
+    return stats.reduce(len(parts), ranks, batch.input_ids.device)  # one device for NCCL (CUDA tensors only)
 
 
 def train_on_batch(

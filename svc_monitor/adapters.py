@@ -6,7 +6,7 @@ learner's; schema-1 records carry the string in `legacy_status`. Only `scored_gr
 """
 from __future__ import annotations
 
-from m1flow.accounting import kind_of, source_of
+from m1flow.accounting import scored_kind, source_of
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 from m1flow.status import status_of
@@ -39,7 +39,7 @@ def scored_group_rows(group: events.ScoredGroup, ts_ms: int) -> ScoredGroupRows:
     versions = [s.policy_version for s in group.samples] or [group.header.trace.policy_version]
     row = GroupRow(group_id=group.group_id, policy_version=min(versions), samples=totals.samples,
                    reward_sum=totals.reward_sum, correct=totals.correct, judged=totals.judged,
-                   length_sum=totals.length_sum, dropped=0, kind=kind_of(group), source=source_of(group),
+                   length_sum=totals.length_sum, dropped=0, kind=scored_kind(group), source=source_of(group),
                    domain=group.domain, ts_ms=ts_ms)
     ok = [s for s in group.samples if not infra_failed(s)]
     genrm = []

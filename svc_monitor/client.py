@@ -9,7 +9,9 @@ import grpc
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.security import grpc_tls as tls
 from m1flow.runtime.service import ready_file
-from svc_monitor.access import client_metadata
+from svc_monitor.access import TOKEN_FILE, client_metadata
+
+__all__ = ["TOKEN_FILE", "local_address", "report"]  # TOKEN_FILE: the token's file name under a run directory
 
 
 def report(address: str, max_events: int = 0, timeout: float = 10.0, token: str | None = None) -> rpc.MonitorReport:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, model_validator
 
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 
 @dataclass

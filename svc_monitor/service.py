@@ -85,13 +85,14 @@ class MonitorHandler(HandlerBase):
                          row["mean_reward"], row["accuracy"], row["mean_length"], row["groups"])
 
 
-class MonitorService(Service):
-    name = "monitor"
-    Config = MonitorConfig
+class MonitorService(Service, name="monitor", config=MonitorConfig):
+    """The history (rollouts, scored, metrics, control, dlq, policy) in its store, the rules that close
+    the control loops, the dashboard and the Report RPC."""
+
+    config: MonitorConfig
 
     def __init__(self, config: MonitorConfig) -> None:
         super().__init__(config)
-        self.config: MonitorConfig = config
         url = config.database_url or f"sqlite:///{(config.run_dir / 'monitor.db').resolve()}"
         self.store = Store(url)
         self.controller = Controller(self.store, config)

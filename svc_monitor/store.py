@@ -18,6 +18,7 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, case, create_engine, delete, event, func, inspect, select, update
 from sqlalchemy.orm import Session
 
+from svc_monitor.aggregates import Aggregates
 from svc_monitor.schema import (AlertRow, DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow,
                                 PolicyRow, RolloutRow, SignalRow, StateRow)
 
@@ -113,7 +114,10 @@ def _as_dict(row: Any) -> dict[str, Any]:
     return {c.key: getattr(row, c.key) for c in inspect(row).mapper.column_attrs}
 
 
-class Store:
+class Store(Aggregates):
+    """The rows in (one writer, one transaction a batch) and out (windows, series, decisions, alerts);
+    the per-version and per-source sums are Aggregates'."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
@@ -235,65 +239,7 @@ class Store:
         with Session(self.engine) as session:
             return session.scalar(select(func.max(table.id))) or 0
 
-    # ------------------------------------------------------------------ reading: reports and plots
-    def by_version(self) -> list[dict[str, float]]:
-        """Reward, accuracy and length of the samples each policy version generated."""
-        g = GroupRow
-        query = (select(g.policy_version, func.count(), func.sum(g.samples), func.sum(g.reward_sum),
-                        func.sum(g.correct), func.sum(g.judged), func.sum(g.length_sum))
-                 .group_by(g.policy_version).order_by(g.policy_version))
-        with Session(self.engine) as session:
-            rows = session.execute(query).all()
-        return [{"policy_version": v, "groups": n, "samples": s, "mean_reward": r / max(s, 1),
-                 "accuracy": c / max(j, 1), "mean_length": length / max(s, 1)}
-                for v, n, s, r, c, j, length in rows]
-
-    def by_version_and_kind(self) -> list[dict[str, Any]]:
-        """Mean reward and accuracy per policy version and verifier kind."""
-        g = GroupRow
-        query = (select(g.policy_version, g.kind, func.sum(g.samples), func.sum(g.reward_sum),
-                        func.sum(g.correct), func.sum(g.judged))
-                 .group_by(g.policy_version, g.kind).order_by(g.policy_version))
-        with Session(self.engine) as session:
-            rows = session.execute(query).all()
-        return [{"policy_version": v, "kind": k or "?", "mean_reward": r / max(s, 1),
-                 "accuracy": (c / j) if j else None} for v, k, s, r, c, j in rows]
-
-    def by_source(self, kinds: bool = True) -> list[dict[str, Any]]:
-        """Reward, accuracy, length and throughput per policy version and source (and verifier kind).
-
-        accuracy counts verdicts only (correct among the samples judged; None when none was): a
-        partial-credit reward of 0.5 is reward, never half a correct answer. samples_per_min is the
-        source's samples over the minutes the version was the newest policy (see `version_minutes`),
-        so the sources add up to the version's throughput; None when that time is unknown.
-        """
-        g = GroupRow
-        keys = [g.policy_version, g.source, *([g.kind] if kinds else [])]
-        query = (select(*keys, func.count(), func.sum(g.samples), func.sum(g.reward_sum), func.sum(g.correct),
-                        func.sum(g.judged), func.sum(g.length_sum)).group_by(*keys).order_by(*keys))
-        with Session(self.engine) as session:
-            rows = session.execute(query).all()
-        minutes = self.version_minutes()
-        out = []
-        for v, source, *kind, n, s, r, c, j, length in rows:
-            span = minutes.get(v, 0.0)
-            out.append({"policy_version": v, "source": source or "?", **({"kind": kind[0] or "?"} if kinds else {}),
-                        "groups": n, "samples": s, "mean_reward": r / max(s, 1), "accuracy": (c / j) if j else None,
-                        "judged": j, "mean_length": length / max(s, 1),
-                        "samples_per_min": s / span if span > 0 else None})
-        return out
-
-    def version_minutes(self) -> dict[int, float]:
-        """How long each version that scored groups was the newest policy: from its announcement on
-        `policy` to the next version's (the newest: to its last group stored); a version whose
-        announcement is not stored falls back to the first (last) of its groups stored."""
-        g = GroupRow
-        with Session(self.engine) as session:
-            announced = dict(session.execute(select(PolicyRow.version, PolicyRow.ts_ms)).all())
-            seen = session.execute(select(g.policy_version, func.min(g.ts_ms), func.max(g.ts_ms))
-                                   .where(g.ts_ms > 0).group_by(g.policy_version)).all()  # before 0002: no time
-        return {v: (announced.get(v + 1, last) - announced.get(v, first)) / 60_000 for v, first, last in seen}
-
+    # ------------------------------------------------------------------ reading: plots and rules
     def rollouts_since_id(self, last_id: int) -> list[tuple[int, int, int, float, int, int]]:
         """(version, length, window, nll_sum, finish, id) of rollouts stored after `last_id`, oldest first."""
         r = RolloutRow
@@ -313,13 +259,6 @@ class Store:
         with Session(self.engine) as session:
             rows = session.scalars(select(MetricRow).where(MetricRow.name == name).order_by(MetricRow.id)).all()
         return [{"step": r.step, "value": r.value, "labels": r.labels or {}} for r in rows]
-
-    def groups_per_version(self) -> list[tuple[int, int]]:
-        """(policy version, scored groups sampled with it), oldest version first."""
-        query = select(GroupRow.policy_version, func.count()).group_by(GroupRow.policy_version).order_by(
-            GroupRow.policy_version)
-        with Session(self.engine) as session:
-            return [(int(v), int(n)) for v, n in session.execute(query).all()]
 
     def signal_series(self, prefix: str) -> list[dict[str, Any]]:
         """Signals whose name starts with `prefix`, oldest first."""
@@ -368,21 +307,3 @@ class Store:
             seen_groups = session.scalar(select(func.max(GroupRow.policy_version)))
         values = [v for v in (announced, seen, seen_groups) if v is not None]
         return max(values) if values else None
-
-    def counts_since(self, since_ms: int) -> dict[str, float]:
-        """Rollouts, their tokens and scored groups stored since `since_ms`, and the groups' mean version."""
-        with Session(self.engine) as session:
-            rollouts, tokens = session.execute(select(func.count(), func.coalesce(func.sum(RolloutRow.length), 0))
-                                               .where(RolloutRow.ts_ms >= since_ms)).one()
-            groups, mean_version = session.execute(select(func.count(), func.avg(GroupRow.policy_version))
-                                                   .where(GroupRow.ts_ms >= since_ms)).one()
-        return {"rollouts": rollouts, "tokens": tokens, "groups": groups,
-                "mean_version": float(mean_version) if mean_version is not None else None}
-
-    def dead_letters_since(self, since_ms: int) -> dict[str, int]:
-        """Dead letters per consumer group since `since_ms`."""
-        with Session(self.engine) as session:
-            rows = session.execute(select(DeadLetterRow.consumer_group, func.count())
-                                   .where(DeadLetterRow.ts_ms >= since_ms)
-                                   .group_by(DeadLetterRow.consumer_group)).all()
-        return {group or "?": n for group, n in rows}

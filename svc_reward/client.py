@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from m1flow.contracts import events
 from svc_reward.config import RewardConfig
-from svc_reward.kinds import KINDS
+from svc_reward.kinds import SCORERS
 from svc_reward.result import RewardParts, ScoreResult, Status
 from svc_reward.scorers import ScorerRegistry
 
@@ -24,7 +24,7 @@ __all__ = ["LocalScorer", "RewardConfig", "RewardParts", "ScoreResult", "Status"
 
 def known_kinds() -> tuple[str, ...]:
     """The verifier kinds (the part of `VerifierSpec.kind` before ':') a reward replica can score."""
-    return KINDS.names()
+    return SCORERS.names()
 
 
 class LocalScorer:

@@ -1,9 +1,10 @@
-"""The verifier kinds: `VerifierSpec.kind` (the part before ":") -> the factory of its scorer.
+"""The scorers of the verifier kinds: a kind's name (`m1flow.kinds.kind_of`) -> the factory of its scorer.
 
-Each kind registers itself in the module that implements it (`@KINDS.register("math")`); the
-table at the bottom says which module that is, so a reward replica imports a verifier (and pays
-for SymPy, a sandbox channel or a judge model) only when a task of its kind first arrives. A
-factory runs once per replica, with the replica's `KindContext`, and returns the kind's scorer.
+The library declares each kind once (m1flow/kinds/); its scorer registers itself under the same
+name in `svc_reward/verifiers/<kind>.py` (`@SCORERS.register("math")`). That module is imported
+only when a task of its kind first arrives, so a reward replica pays for SymPy, a sandbox channel
+or a judge model only when it needs them. A factory runs once per replica, with the replica's
+`KindContext`, and returns the kind's scorer.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from m1flow.contracts import events
-from m1flow.rl.registry import Registry
+from m1flow.kinds import KINDS
+from m1flow.registry import Registry
 from svc_reward.result import ScoreResult
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ class KindContext:
 
 
 KindFactory = Callable[[KindContext], KindScorer]
-KINDS: Registry[KindFactory] = Registry("verifier kind")
+SCORERS: Registry[KindFactory] = Registry("verifier kind")
 
 
 class ResponseScorer:
@@ -66,19 +68,10 @@ class ResponseScorer:
         return self.fn(response, spec)
 
 
-def kind_of(spec: events.VerifierSpec) -> str:
-    """The registry name of a spec's kind: `logic:sudoku` -> `logic`, `rg:<task>` -> `rg`."""
-    return spec.kind.split(":", 1)[0]
+def scorer_module(kind: str) -> str:
+    """Where a kind's scorer is written: docs/architecture.md, "Adding a verifier"."""
+    return f"svc_reward.verifiers.{kind}"
 
 
-# Where each kind is implemented: one line per kind (docs/architecture.md, "Adding a verifier").
-for _kind, _module in {
-    "arith": "svc_reward.verifiers.arith",
-    "math": "svc_reward.verifiers.math",
-    "logic": "svc_reward.verifiers.logic",
-    "rg": "svc_reward.verifiers.rg",
-    "code": "svc_reward.verifiers.code",
-    "swe": "svc_reward.verifiers.swe",
-    "genrm": "svc_reward.genrm.kind",
-}.items():
-    KINDS.lazy(_kind, _module)
+for _kind in KINDS.names():
+    SCORERS.lazy(_kind, scorer_module(_kind))

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 
 from m1flow.contracts import events
 from svc_reward.config import RewardConfig
-from svc_reward.kinds import KINDS, KindContext, KindScorer, ResponseScorer, kind_of
+from m1flow.kinds import kind_of
+from svc_reward.kinds import SCORERS, KindContext, KindScorer, ResponseScorer
 from svc_reward.result import ScoreResult, Status
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class ScorerRegistry:
                 return self._scorers[kind]
             if kind in self._failed:
                 raise ValueError(self._failed[kind])
-            factory = KINDS.get(kind)  # ValueError: unknown verifier kind 'x'; known: ...
+            factory = SCORERS.get(kind)  # ValueError: unknown verifier kind 'x'; known: ...
             try:
                 scorer = self._scorers[kind] = factory(self.context)
             except Exception as exc:  # noqa: BLE001 - a kind this replica cannot score, said per sample
@@ -70,7 +71,7 @@ class ScorerRegistry:
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         """Score one response; an unknown kind or a crashing verifier is a marked failure, not a 0."""
-        kind = kind_of(spec)
+        kind = kind_of(spec.kind)
         try:
             scorer = self.scorer(kind)
         except ValueError as exc:
@@ -83,7 +84,7 @@ class ScorerRegistry:
     def score_group(self, prompt: str, responses: Sequence[str], spec: events.VerifierSpec) -> list[ScoreResult]:
         """One result per response, in order: by the kind's group scorer, else one by one."""
         try:
-            scorer = self.scorer(kind_of(spec))
+            scorer = self.scorer(kind_of(spec.kind))
         except ValueError as exc:
             return [ScoreResult.failed(Status.JUDGE_ERROR, f"kind {spec.kind!r}: {exc}") for _ in responses]
         group = getattr(scorer, "score_group", None)

@@ -8,7 +8,6 @@ reports the length coefficient before and after it on `metrics`.
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import grpc
@@ -17,6 +16,7 @@ from prometheus_client import Counter
 from m1flow.bus import Context, Record
 from m1flow.bus.topics import CONTROL, ROLLOUTS, SCORED
 from m1flow.bus.clients import ClientError
+from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.runtime.service import Service
@@ -28,30 +28,28 @@ log = logging.getLogger(__name__)
 GROUPS = Counter("m1flow_reward_groups_total", "scored groups", ["outcome"])
 
 
-class ControlFollower:
-    """Applies the `control` commands that concern rewards, as they arrive.
+class Recalibrations:
+    """Applies the `control` commands that concern rewards (recalibrate), as they arrive.
 
-    Commands older than this process are skipped: the calibration they asked for was fitted on
-    verdicts an earlier process held in memory, which are gone; the monitor asks again when the
-    length bias comes back.
+    A recalibration is an action (m1flow.bus.control): one asked of an earlier process is not redone,
+    since the calibration it asked for was fitted on verdicts that process held in memory, which are
+    gone; the monitor asks again when the length bias comes back.
     """
 
-    def __init__(self, watcher: TopicWatcher, registry: ScorerRegistry, replica: int) -> None:
-        self.watcher = watcher
+    def __init__(self, control: ControlFollower, registry: ScorerRegistry, replica: int) -> None:
+        self.control = control
         self.registry = registry
         self.labels = {"replica": str(replica)}
-        self.since_ms = int(time.time() * 1000)
         self.recalibrations = 0
 
     def apply(self, ctx: Context) -> None:
         try:
-            commands = self.watcher.poll()
+            commands = self.control.poll()
         except ClientError as exc:  # a broker hiccup must not stop scoring; the next tick reads on
             log.warning("reading control failed, will retry: %s", exc)
             return
         for command in commands:
-            if command.HasField("recalibrate") and command.header.created_unix_ms >= self.since_ms:
-                self.recalibrate(ctx, command.recalibrate.reason or command.reason)
+            self.recalibrate(ctx, command.recalibrate.reason or command.reason)
 
     def recalibrate(self, ctx: Context, reason: str) -> None:
         if not self.registry.config.genrm.judge:
@@ -73,14 +71,14 @@ class ControlFollower:
             ctx.metric(f"genrm/{name}", value, step=self.recalibrations, **self.labels)
 
     def close(self) -> None:
-        self.watcher.close()
+        self.control.close()
 
 
 class GroupHandler:
     topics = (ROLLOUTS,)
 
     def __init__(self, registry: ScorerRegistry, cfg: RewardConfig,
-                 control: ControlFollower | None = None) -> None:
+                 control: Recalibrations | None = None) -> None:
         self.registry = registry
         self.cfg = cfg
         self.control = control
@@ -131,12 +129,10 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
         return rpc.ScoreReply(**verdict_fields(self.registry.score(request.response, request.verifier)))
 
 
-class RewardService(Service):
+class RewardService(Service, name="reward", config=RewardConfig):
     """Groups from `rollouts` scored into `scored`, the Score RPC, and (live runs only) `control`
     recalibrations of the GenRM judge."""
 
-    name = "reward"
-    Config = RewardConfig
     config: RewardConfig
 
     def __init__(self, config: RewardConfig) -> None:
@@ -153,7 +149,8 @@ class RewardService(Service):
             cfg = self.config
             watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"reward-{cfg.replica}-watch",
                                    group_id=self.group_id, client=cfg.kafka_client)
-            control = ControlFollower(watcher, self.registry, cfg.replica)
+            follower = ControlFollower(watcher, CommandRule(cfg.run_id, frozenset({"recalibrate"})))
+            control = Recalibrations(follower, self.registry, cfg.replica)
         self.handler = GroupHandler(self.registry, self.config, control)
         self.stream = self.worker(self.handler)
 

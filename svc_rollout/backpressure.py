@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Mapping
 
 from kafka.errors import KafkaError
 
-from m1flow.bus.lag import GroupLag
+from m1flow.bus.lag import GroupLag, LagPacer, Reading
 from m1flow.bus.topics import ROLLOUTS, SCORED
 
 log = logging.getLogger(__name__)
@@ -65,6 +64,9 @@ class Backlog:
 
 
 class Backpressure:
+    """The rollout service's pacing: groups in flight and downstream, under (1 + max_ahead_versions)
+    learner steps and the margin."""
+
     def __init__(self, backlog: Backlog | None, max_ahead_versions: float, batch_groups: int,
                  group_size: int, refresh_s: float = 1.0, margin_sd: float = 2.0) -> None:
         self.backlog = backlog
@@ -74,10 +76,23 @@ class Backpressure:
         self.skip_share = 0.0  # smoothed share of the consumed groups the learner skipped
         self.batch_groups = batch_groups
         self.group_size = group_size
-        self.refresh_s = refresh_s
-        self.downstream = 0.0  # groups waiting for the reward service or the learner
         self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
-        self._read_at = -float("inf")
+        self.pacer = LagPacer(self._read if backlog is not None else None, refresh_s, "consumer lag")
+
+    @property
+    def downstream(self) -> float:
+        """Groups waiting for the reward service or the learner."""
+        return self.pacer.waiting
+
+    def _read(self) -> Reading:
+        """Groups downstream: the learner's lag on `scored` and the reward service's on `rollouts` in
+        groups; committed once the learner has (its first batch may still be loading)."""
+        try:
+            reward, learner = self.backlog.lags()
+        except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
+            log.warning("reading consumer lag failed: %s", exc)
+            reward = learner = 0
+        return (learner or 0) + (reward or 0) / max(1, self.group_size), learner is not None
 
     def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
         """A `policy` announcement: the learner's batch, and what its last step consumed."""
@@ -93,24 +108,14 @@ class Backpressure:
         # What that step consumed has left the backlog: count it now, not at the next lag reading
         # (up to refresh_s away), so room opens as soon as the learner can take the next batch. The
         # learner commits right after announcing; a reading caught between the two only holds back.
-        self.downstream = max(0.0, self.downstream - consumed)
+        self.pacer.consumed(consumed)
 
     def produced(self, groups: int = 1) -> None:
         """Groups this replica just published: counted downstream until the next reading includes them."""
-        self.downstream += groups
+        self.pacer.produced(groups)
 
     def refresh(self) -> None:
-        if self.backlog is None or time.monotonic() - self._read_at < self.refresh_s:
-            return
-        self._read_at = time.monotonic()
-        try:
-            reward, learner = self.backlog.lags()
-        except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
-            log.warning("reading consumer lag failed: %s", exc)
-            reward = learner = 0
-        reading = (learner or 0) + (reward or 0) / max(1, self.group_size)
-        # a learner that has not committed yet (its first batch): count what was produced meanwhile
-        self.downstream = max(self.downstream, reading) if learner is None else reading
+        self.pacer.refresh()
 
     def versions_ahead(self, in_flight_groups: int) -> float:
         """Learner steps' worth of groups that will be trained on before one sampled now."""
@@ -125,10 +130,8 @@ class Backpressure:
         """How many more groups may be admitted now (None: no limit): up to (1 + max_ahead_versions)
         learner steps' worth in flight and downstream and the margin, never less than one step, so a
         batch can form."""
-        if self.backlog is None:
-            return None
         limit = (1 + self.max_ahead_versions) * self.batch_groups + self.margin()
-        return max(0, math.ceil(limit - self.downstream - in_flight_groups))
+        return self.pacer.room(limit, in_flight_groups)
 
     def close(self) -> None:
         if self.backlog is not None:

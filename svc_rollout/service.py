@@ -15,17 +15,16 @@ import uuid
 from concurrent.futures import Future
 
 import grpc
-import torch
 
 from m1flow import chat, store
-from m1flow.bus import Context, HandlerBase, Record, codec
+from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.clients import ClientError
+from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.policy_follower import PolicyFollower
 from m1flow.security.announcements import Guard
-from m1flow.runtime import logs
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
 from svc_rollout import engines, metrics
@@ -33,26 +32,15 @@ from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.client import group_id_for
 from svc_rollout.config import RolloutConfig
 from svc_rollout.engines.base import GroupRequest, GroupResult
+from svc_rollout.rollouts import prompt_input, prompt_text, rollouts_for
+
+__all__ = ["RolloutService", "prompt_input", "prompt_text"]  # prompt_input, prompt_text: svc_rollout.rollouts's
 
 log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"
-METRIC_EVERY_S = 10.0
 REFRESH_BUSY_S = 0.05  # how often a busy engine reads `policy`/`control` (each step was 10% of its CPU)
 HELD_WAIT_MS = 200  # an idle engine held back by backpressure waits this long on `policy` per loop
-GAUGES_EVERY_S = 0.5  # /metrics gauges: set each engine step, they were 7% of a replica's CPU (py-spy)
-
-
-def prompt_input(prompt: events.Prompt) -> chat.PromptInput:
-    """What the engine tokenizes: the whole conversation when the prompt carries one, else its text."""
-    return chat.conversation(prompt.messages) if prompt.messages else prompt.text
-
-
-def prompt_text(prompt: events.Prompt) -> str:
-    """The Rollout's prompt_text (what verifiers and judges read): the text, else the last user turn."""
-    if prompt.text or not prompt.messages:
-        return prompt.text
-    users = [m.content for m in prompt.messages if m.role == "user"]
-    return users[-1] if users else prompt.messages[-1].content
+COMMANDS = frozenset({"set_window", "pause", "resume"})  # the `control` commands a rollout replica applies
 
 
 class PromptHandler(HandlerBase):
@@ -87,14 +75,14 @@ class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
                                       finish_reason=sample.finish_reason, policy_version=result.version)
 
 
-class RolloutService(Service):
-    name = "rollout"
-    Config = RolloutConfig
+class RolloutService(Service, name="rollout", config=RolloutConfig):
+    """Prompts admitted into the engine as room allows, the engine stepped from the loop, the groups
+    that finish published; `policy` and `control` followed between steps."""
+
+    config: RolloutConfig
 
     def __init__(self, config: RolloutConfig) -> None:
         super().__init__(config)
-        self.config: RolloutConfig = config
-        torch.set_num_threads(config.torch_threads)
         self.engine = engines.build(config)
         self.engine.policies = store.PolicyCache(
             config.store, config.store.cache_dir or config.run_dir / "rollout" / f"policy-cache-{config.replica}")
@@ -104,10 +92,7 @@ class RolloutService(Service):
         self.pending: dict[str, tuple[events.Prompt, Record]] = {}  # group id -> its prompt, held
         self.oneoffs: queue.Queue[tuple[GroupRequest, Future]] = queue.Queue()
         self.waiting: dict[str, Future] = {}
-        self.throughput = metrics.Throughput()
-        self.metric_at = time.monotonic()
-        self.gauges_at = 0.0
-        self.reloaded: list[tuple[int, float]] = []  # (version, seconds), reported on the next tick
+        self.reporter = metrics.Reporter()
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_RolloutServiceServicer_to_server(RolloutGrpc(self), server)
@@ -115,8 +100,9 @@ class RolloutService(Service):
 
     def start(self) -> None:
         cfg = self.config
-        self.watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
-                                    group_id=self.group_id, client=cfg.kafka_client)
+        watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
+                               group_id=self.group_id, client=cfg.kafka_client)
+        self.control = ControlFollower(watcher, CommandRule(cfg.run_id, COMMANDS))
         backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size,
                                          margin_sd=cfg.batch_margin_sd)
@@ -136,7 +122,7 @@ class RolloutService(Service):
         """Apply the whole history of `policy` and `control`, however long, before serving."""
         while not self.stop.is_set():
             try:
-                self.apply(self.watcher.catch_up())
+                self.apply(self.control.catch_up())
                 return
             except (TimeoutError, ClientError) as exc:
                 log.warning("reading `policy` and `control` to their end failed, retrying: %s", exc)
@@ -144,7 +130,7 @@ class RolloutService(Service):
     # ---- policy and control ----------------------------------------------------------------
     def refresh(self, timeout_ms: int = 0) -> None:
         """Apply new policy versions and control commands."""
-        self.apply(self.watcher.poll(timeout_ms))
+        self.apply(self.control.poll(timeout_ms))
 
     def apply(self, messages: list) -> None:
         """Take the newest announced policy and the control commands, in order; load a due policy
@@ -163,8 +149,7 @@ class RolloutService(Service):
             elif msg.HasField("resume"):
                 self.paused = False
         if self.engine.decoding() == 0 and self.policy.load_if_due(self.engine):
-            metrics.RELOAD_S.set(self.engine.last_reload_s)
-            self.reloaded.append((self.engine.version, self.engine.last_reload_s))
+            self.reporter.reloaded(self.engine.version, self.engine.last_reload_s)
 
     # ---- groups ----------------------------------------------------------------------------
     def request_for(self, key: str, prompt: chat.PromptInput, n: int, window: int, temperature: float,
@@ -218,16 +203,16 @@ class RolloutService(Service):
             if time.monotonic() >= deadline or (finished and room):  # refill the batch promptly
                 break
         for result in finished:
-            self.throughput.add(sum(len(s.tokens) for s in result.samples))
+            self.reporter.throughput.add(sum(len(s.tokens) for s in result.samples))
             if result.request.key.startswith(RPC_PREFIX):
                 self.waiting.pop(result.request.key).set_result(result)
                 continue
             prompt, record = self.pending.pop(result.request.key)
-            for rollout in self.rollouts_for(prompt, result):
+            for rollout in rollouts_for(prompt, result, self.engine, self.config.run_id):
                 ctx.emit(ROLLOUTS, rollout.group_id, rollout)
             ctx.release([record])
             self.backpressure.produced()
-        self.report(ctx)
+        self.reporter.report(ctx, self.engine, self.backpressure)
 
     def forget(self, partitions: set[tuple[str, int]]) -> None:
         """Partitions went to another replica, which will sample their prompts: stop ours."""
@@ -235,27 +220,6 @@ class RolloutService(Service):
         self.engine.abort(gone)
         for key in gone:
             del self.pending[key]
-
-    def rollouts_for(self, prompt: events.Prompt, result: GroupResult) -> list[events.Rollout]:
-        cfg, request, version = self.config, result.request, result.version
-        group_id = request.key
-        run_id = prompt.header.trace.run_id or cfg.run_id
-        out = []
-        with logs.trace(run_id=run_id, group_id=group_id):
-            for i, sample in enumerate(result.samples):
-                rollout_id = f"{group_id}/{i}"
-                out.append(events.Rollout(
-                    header=codec.header("rollout", run_id=run_id, group_id=group_id, rollout_id=rollout_id,
-                                        policy_version=version, message_id=f"{rollout_id}@v{version}"),
-                    rollout_id=rollout_id, group_id=group_id, prompt_id=prompt.prompt_id, index=i,
-                    group_size=request.n, task_type=prompt.task_type, prompt_text=prompt_text(prompt),
-                    prompt_token_ids=request.prompt_ids, token_ids=sample.tokens, logprobs=sample.logprobs,
-                    response_text=self.engine.decode(sample.tokens), finish_reason=sample.finish_reason,
-                    policy_version=version, verifier=prompt.verifier, max_new_tokens=request.max_new_tokens,
-                    engine=self.engine.name, temperature=request.temperature, top_p=request.top_p,
-                    source=prompt.source, domain=prompt.domain))
-            log.info("generated group of %s on policy v%s", request.n, version)
-        return out
 
     # ---- admission and metrics -------------------------------------------------------------
     def admission(self) -> tuple[int, str]:
@@ -271,24 +235,6 @@ class RolloutService(Service):
         if ahead is not None and ahead < max(room, 1):
             return ahead, "" if ahead else "ahead of the learner"
         return room, ""  # room 0: the engine holds max_inflight_groups
-
-    def report(self, ctx: Context) -> None:
-        engine = self.engine
-        if time.monotonic() - self.gauges_at >= GAUGES_EVERY_S:
-            self.gauges_at = time.monotonic()
-            metrics.GROUPS_IN_FLIGHT.set(engine.in_flight())
-            metrics.REQUESTS_IN_FLIGHT.set(engine.sequences_in_flight())
-            metrics.OCCUPANCY.set(min(1.0, engine.sequences_in_flight() / max(1, engine.capacity)))
-            metrics.VERSIONS_AHEAD.set(self.backpressure.versions_ahead(engine.in_flight()))
-            metrics.TOKENS_PER_S.set(self.throughput.rate())
-        for version, seconds in self.reloaded:
-            ctx.metric("rollout/reload_s", seconds, step=version, engine=engine.name)
-        self.reloaded.clear()
-        if time.monotonic() - self.metric_at >= METRIC_EVERY_S:
-            self.metric_at = time.monotonic()
-            ctx.metric("rollout/tokens_per_s", self.throughput.rate(), step=engine.version, engine=engine.name)
-            ctx.metric("rollout/versions_ahead", self.backpressure.versions_ahead(engine.in_flight()),
-                       step=engine.version)
 
     def loop(self) -> None:
         held_by = ""
@@ -321,5 +267,5 @@ class RolloutService(Service):
 
     def shutdown(self) -> None:
         self.stream.close()  # prompts still in flight stay uncommitted and are sampled again after a restart
-        self.watcher.close()
+        self.control.close()
         self.backpressure.close()

@@ -85,9 +85,7 @@ def _checked(context: grpc.ServicerContext, make: Callable[[], T]) -> T:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
 
-class SandboxService(Service):
-    name = "sandbox"
-    Config = SandboxConfig
+class SandboxService(Service, name="sandbox", config=SandboxConfig):
     uses_kafka = False
 
     def __init__(self, config: SandboxConfig) -> None:

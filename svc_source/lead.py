@@ -9,24 +9,28 @@ service that is not running yet stops the source after one lead's worth.
 """
 from __future__ import annotations
 
-import logging
 import math
-import time
 
-from kafka.errors import KafkaError
-
-from m1flow.bus.lag import GroupLag
-
-log = logging.getLogger(__name__)
+from m1flow.bus.lag import GroupLag, LagPacer, Reading
 
 
 class Lead:
+    """The source's pacing: prompts the rollout group has not committed, under lead_steps batches."""
+
     def __init__(self, lag: GroupLag | None, group: str, topic: str, lead_steps: float, batch_groups: int,
                  refresh_s: float = 0.5) -> None:
         self.lag, self.group, self.topic = lag, group, topic
-        self.lead_steps, self.batch_groups, self.refresh_s = lead_steps, batch_groups, refresh_s
-        self.outstanding = 0  # prompts published and not yet committed by the rollout group
-        self._read_at = -math.inf
+        self.lead_steps, self.batch_groups = lead_steps, batch_groups
+        self.pacer = LagPacer(self._read if lag is not None else None, refresh_s, "the rollout group's lag")
+
+    def _read(self) -> Reading:
+        reading = self.lag.lag(self.group, self.topic)
+        return (0, False) if reading is None else (reading, True)
+
+    @property
+    def outstanding(self) -> float:
+        """Prompts published and not yet committed by the rollout group."""
+        return self.pacer.waiting
 
     @property
     def limit(self) -> int | None:
@@ -41,23 +45,15 @@ class Lead:
 
     def published(self, n: int) -> None:
         """Counted outstanding until the next lag reading includes them."""
-        self.outstanding += n
+        self.pacer.produced(n)
 
     def refresh(self) -> None:
-        if self.lag is None or time.monotonic() - self._read_at < self.refresh_s:
-            return
-        self._read_at = time.monotonic()
-        try:
-            reading = self.lag.lag(self.group, self.topic)
-        except KafkaError as exc:  # the broker is away: nothing is consumed either
-            log.warning("reading the rollout group's lag failed: %s", exc)
-            return
-        self.outstanding = max(self.outstanding, 0) if reading is None else reading
+        self.pacer.refresh()
 
     def room(self) -> int | None:
         """How many prompts may be published now (None: no limit)."""
         limit = self.limit
-        return None if limit is None else max(0, limit - self.outstanding)
+        return None if limit is None else self.pacer.room(limit)
 
     def close(self) -> None:
         if self.lag is not None:

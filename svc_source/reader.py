@@ -12,27 +12,26 @@ on where a block was read.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
 import pickle
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from m1flow.data.dataset import DatasetConfig
+from m1flow.runtime.pipes import PipeWorker, WorkerGone, with_checkout_on_path
+from m1flow.runtime.tether import die_with_parent
 
 log = logging.getLogger(__name__)
-_ROOT = str(Path(__file__).resolve().parent.parent)
 Block = tuple[int, int, int]  # (source index, start, stop)
+READY = b"ready"  # the reader's first answer, once its sources are open
 
 
-class ReaderGone(RuntimeError):
+class ReaderGone(WorkerGone):
     """The reader process exited; the service stops (its supervisor restarts it)."""
 
 
@@ -41,39 +40,27 @@ class ReadAhead:
 
     def __init__(self, datasets: list[DatasetConfig], group_size: int, paths: list[str],
                  startup_timeout_s: float = 120.0) -> None:
-        jobs_r, jobs_w = os.pipe()
-        blocks_r, blocks_w = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)}
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "svc_source.reader", str(os.getpid()), str(jobs_r), str(blocks_w)],
-                pass_fds=(jobs_r, blocks_w), stdin=subprocess.DEVNULL, close_fds=True, env=env)
-        except BaseException:
-            for fd in (jobs_r, jobs_w, blocks_r, blocks_w):
-                os.close(fd)
-            raise
-        os.close(jobs_r)
-        os.close(blocks_w)
-        self.jobs, self.blocks = Connection(jobs_w, readable=False), Connection(blocks_r, writable=False)
+        setup = json.dumps({"sources": [d.model_dump(mode="json") for d in datasets], "group_size": group_size,
+                            "paths": paths}).encode()
+        parent = str(os.getpid())
+        self.worker = PipeWorker(
+            lambda jobs, blocks: [sys.executable, "-m", "svc_source.reader", parent, str(jobs), str(blocks)],
+            ready=READY, startup_timeout_s=startup_timeout_s, what="the source's reader process",
+            env=with_checkout_on_path(), setup=setup, gone=ReaderGone)
         self.asked: list[Block] = []  # requested, answers not yet received, in order
         self.got: dict[Block, Any] = {}
-        self.jobs.send_bytes(json.dumps({"sources": [d.model_dump(mode="json") for d in datasets],
-                                         "group_size": group_size, "paths": paths}).encode())
-        if not self.blocks.poll(startup_timeout_s) or self._recv() != "ready":
-            self.close()
-            raise ReaderGone("the source's reader process did not start")
 
     def _recv(self) -> Any:
         try:
-            return pickle.loads(self.blocks.recv_bytes())
+            return pickle.loads(self.worker.recv())
         except (EOFError, OSError) as exc:
-            raise ReaderGone(f"the source's reader process is gone (exit {self.process.poll()})") from exc
+            raise ReaderGone(f"the source's reader process is gone (exit {self.worker.process.poll()})") from exc
 
     def ahead(self, j: int, start: int, stop: int) -> None:
         """Start reading rows start..stop of source j, unless that is under way."""
         block = (j, start, stop)
         if block not in self.got and block not in self.asked:
-            self.jobs.send_bytes(pickle.dumps(block))
+            self.worker.send(pickle.dumps(block))
             self.asked.append(block)
 
     def read(self, j: int, start: int, stop: int) -> Iterator[tuple[int, Any]]:
@@ -89,20 +76,13 @@ class ReadAhead:
             raise failure
 
     def close(self) -> None:
-        for conn in (self.jobs, self.blocks):
-            conn.close()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        self.worker.close()
 
 
 # ---- the reader process -------------------------------------------------------------------------
 def _tether(parent: int) -> None:
     """Killed by the kernel when the service dies, a SIGKILL included (Linux)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    die_with_parent()
     if os.getppid() != parent:
         sys.exit(1)
 
@@ -125,7 +105,7 @@ def main(parent: int, jobs_fd: int, blocks_fd: int) -> None:
     setup = json.loads(jobs.recv_bytes())
     sources = [open_source(DatasetConfig.model_validate(d)) for d in setup["sources"]]
     group_size, paths = setup["group_size"], setup["paths"]
-    blocks.send_bytes(pickle.dumps("ready"))
+    blocks.send_bytes(READY)
     while True:
         try:
             j, start, stop = pickle.loads(jobs.recv_bytes())

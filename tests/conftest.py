@@ -10,14 +10,14 @@ import pytest
 import torch
 
 # Triton's own @jit helpers are bound to the interpreter or the compiler when triton is first
-# imported, and importing transformers (m1flow.warmstart, at collection) imports it: on a machine
+# imported, and importing transformers (ops.warmstart, at collection) imports it: on a machine
 # without a GPU the Triton kernel tests need the interpreter chosen before that. Only CUDA tensors
 # ever take the Triton path (kernels/lightning_attn/api.py), so nothing else changes.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from m1flow.bus.admin import ensure_topics
-from m1flow.kafka import Broker
+from ops.kafka import Broker
 from tests.policies import hybrid_policy, qwen2_policy  # noqa: F401  (fixtures)
 from tests.sandbox.fixtures import jail_sandbox  # noqa: F401  (fixture)
 

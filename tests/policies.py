@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from m1flow import checkpoint, lm
-from m1flow.warmstart import WarmStartConfig, warm_started_policy
+from ops.warmstart import WarmStartConfig, warm_started_policy
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ import pytest
 
 from m1flow.chat import response_text
 from m1flow.contracts import rpc
-from m1flow.data.gold import gold_response
-from m1flow.ops.demo import DEMO_SOURCES, DemoConfig, held_out, print_sources, source_file, source_parts, warmstart_for
+from m1flow.kinds import gold_response
+from ops.demo import DEMO_SOURCES, DemoConfig, held_out, print_sources, source_file, source_parts, warmstart_for
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, _key, mixture_examples, mixture_pairs, noisy_gold, sft_pairs
+from ops.warmstart import WarmStartConfig, _key, mixture_examples, mixture_pairs, noisy_gold, sft_pairs
 from svc_reward.client import LocalScorer
 from svc_source.config import SourceConfig
 

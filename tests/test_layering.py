@@ -1,7 +1,11 @@
-"""The layers, read from the source with `ast`: the library (m1flow/ without m1flow/ops/ and the
-`python -m m1flow` entry, m1flow/__main__.py, which hands over to m1flow.ops.cli) imports no
-service and not the operator layer; a service imports another service only through its `client`
-module and never the operator layer; no service package has a circle of imports.
+"""The layers, read from the source with `ast`:
+
+* the library (`m1flow/`) imports no service and not the operator layer (`ops/`); its one exception
+  is `m1flow/__main__.py`, the `python -m m1flow` script kept for older commands, which may import
+  `ops.cli` and nothing else of the project (nothing imports that script: it is not the library);
+* a service imports another service only through its `client` module, and never the operator layer;
+* the operator layer imports a service only through its `client` module;
+* no circle of imports anywhere in the library, in a service package or in the operator layer.
 
 Every import counts, wherever it is written (module level, inside a function, under
 `if TYPE_CHECKING:`): a lazy or type-only import is still a dependency, and a circle of them is
@@ -67,8 +71,14 @@ def service_packages(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("svc_") and (p / "__init__.py").exists())
 
 
+LIBRARY = "m1flow"
+OPERATOR = "ops"  # the operator's layer, beside the services
+ENTRY = "m1flow.__main__"  # `python -m m1flow`: a script handing over to the operator's CLI
+ENTRY_MAY_IMPORT = frozenset({"ops.cli"})
+
+
 def all_imports(root: Path) -> list[Import]:
-    tops = ["m1flow", *service_packages(root)]
+    tops = [LIBRARY, *([OPERATOR] if (root / OPERATOR).is_dir() else []), *service_packages(root)]
     modules = modules_of(root, tops)
     found = [imp for path in modules.values() for imp in imports_of(root, path, set(modules))]
     return list(dict.fromkeys(found))  # `from x import a, b` is one import of x
@@ -79,20 +89,35 @@ def _top(module: str) -> str:
 
 
 def _is_ops(module: str) -> bool:
-    return module == "m1flow.ops" or module.startswith("m1flow.ops.")
+    return _top(module) == OPERATOR
+
+
+def _is_service(module: str) -> bool:
+    return _top(module).startswith("svc_")
 
 
 def _is_library(module: str) -> bool:
-    return _top(module) == "m1flow" and not _is_ops(module) and module != ENTRY
+    return _top(module) == LIBRARY and module != ENTRY
 
 
-ENTRY = "m1flow.__main__"  # `python -m m1flow`: the operator's CLI, which lives in m1flow.ops
+def _is_client(module: str) -> bool:
+    """A service's `client` module (or a module inside a `client` package)."""
+    top = _top(module)
+    return module == f"{top}.client" or module.startswith(f"{top}.client.")
+
+
+def _project(module: str) -> bool:
+    return _top(module) in (LIBRARY, OPERATOR) or _is_service(module)
 
 
 def library_violations(imports: list[Import]) -> list[str]:
-    """The library (m1flow/ outside m1flow/ops/) importing a service or the operator layer."""
-    return [f"{i.where}: the library imports {i.target}" for i in imports
-            if _is_library(i.source) and (_top(i.target).startswith("svc_") or _is_ops(i.target))]
+    """The library importing a service or the operator layer; the entry script importing more than
+    its hand-over."""
+    bad = [f"{i.where}: the library imports {i.target}" for i in imports
+           if _is_library(i.source) and (_is_service(i.target) or _is_ops(i.target))]
+    bad += [f"{i.where}: {ENTRY} may hand over to {', '.join(sorted(ENTRY_MAY_IMPORT))} only, not import {i.target}"
+            for i in imports if i.source == ENTRY and _project(i.target) and i.target not in ENTRY_MAY_IMPORT]
+    return bad
 
 
 def service_violations(imports: list[Import]) -> list[str]:
@@ -105,10 +130,15 @@ def service_violations(imports: list[Import]) -> list[str]:
         other = _top(i.target)
         if _is_ops(i.target):
             bad.append(f"{i.where}: service {own} imports the operator layer ({i.target})")
-        elif other.startswith("svc_") and other != own and i.target != f"{other}.client" \
-                and not i.target.startswith(f"{other}.client."):
+        elif _is_service(i.target) and other != own and not _is_client(i.target):
             bad.append(f"{i.where}: service {own} imports {i.target}, not {other}.client")
     return bad
+
+
+def operator_violations(imports: list[Import]) -> list[str]:
+    """The operator layer importing a service's internals: it uses a service through its `client`."""
+    return [f"{i.where}: the operator layer imports {i.target}, not {_top(i.target)}.client" for i in imports
+            if _is_ops(i.source) and _is_service(i.target) and not _is_client(i.target)]
 
 
 def cycles(imports: list[Import], package: str) -> list[list[str]]:
@@ -174,8 +204,12 @@ def test_a_service_imports_other_services_only_through_their_client(tree_imports
     assert service_violations(tree_imports) == []
 
 
-@pytest.mark.parametrize("package", service_packages(ROOT))
-def test_no_circle_of_imports_inside_a_service(tree_imports, package):
+def test_the_operator_layer_uses_services_only_through_their_client(tree_imports):
+    assert operator_violations(tree_imports) == []
+
+
+@pytest.mark.parametrize("package", [LIBRARY, OPERATOR, *service_packages(ROOT)])
+def test_no_circle_of_imports_in_the_library_the_operator_layer_or_a_service(tree_imports, package):
     found = cycles(tree_imports, package)
     assert not found, "\n".join(_describe(tree_imports, c) for c in found)
 
@@ -191,12 +225,20 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def test_the_checks_find_what_they_forbid(tmp_path):
     _write(tmp_path, {
         "m1flow/__init__.py": "",
-        "m1flow/__main__.py": "from m1flow.ops.cli import main\n",  # the entry hands over to the CLI
+        "m1flow/__main__.py": "import sys\nfrom ops.cli import main\nfrom ops.stack import Stack\n",  # one too many
         "m1flow/lib.py": "def f():\n    from svc_a.service import X\n",  # lazy, still counted
-        "m1flow/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from m1flow.ops import cli\n",
-        "m1flow/ops/__init__.py": "",
-        "m1flow/ops/cli.py": "from svc_a.service import X\nfrom svc_b import client\n",  # allowed up here
+        "m1flow/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ops import cli\n",
+        "m1flow/data/__init__.py": "from m1flow.data import record\n",  # a package naming its submodule
+        "m1flow/data/record.py": "def check():\n    from m1flow.data.specs import check\n",  # hidden: a lazy import
+        "m1flow/data/specs.py": "from m1flow.data.record import Verifier\nfrom m1flow.tasks import logic\n",
+        "m1flow/tasks/__init__.py": "",
+        "m1flow/tasks/logic.py": "from m1flow.data import record\n",  # the circle closes through another folder
+        "ops/__init__.py": "",
+        "ops/cli.py": "from svc_a import client\nfrom svc_b.client import C\nfrom svc_a.service import X\n",
+        "ops/stack.py": "from ops.cli import main\n",
+        "ops/demo.py": "from ops import stack\nfrom ops.stack import Stack\n",
         "svc_a/__init__.py": "",
+        "svc_a/client.py": "",
         "svc_a/service.py": "from . import report\nfrom svc_b import client\nfrom svc_b.client import C\n",
         "svc_a/report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from svc_a.service import S\n",
         "svc_a/engines/__init__.py": "from svc_a.engines import base\n",
@@ -204,12 +246,17 @@ def test_the_checks_find_what_they_forbid(tmp_path):
         "svc_a/engines/helpers.py": "",
         "svc_b/__init__.py": "",
         "svc_b/client.py": "",
-        "svc_b/service.py": "from svc_a.report import R\nfrom m1flow.ops.stack import Stack\n",
+        "svc_b/service.py": "from svc_a.report import R\nfrom ops.stack import Stack\n",
     })
     imports = all_imports(tmp_path)
-    assert library_violations(imports) == ["m1flow/lib.py:2: the library imports svc_a.service",
-                                           "m1flow/typed.py:3: the library imports m1flow.ops.cli"]
+    assert library_violations(imports) == [
+        "m1flow/lib.py:2: the library imports svc_a.service",
+        "m1flow/typed.py:3: the library imports ops.cli",
+        "m1flow/__main__.py:3: m1flow.__main__ may hand over to ops.cli only, not import ops.stack"]
     assert service_violations(imports) == ["svc_b/service.py:1: service svc_b imports svc_a.report, not svc_a.client",
-                                           "svc_b/service.py:2: service svc_b imports the operator layer (m1flow.ops.stack)"]
+                                           "svc_b/service.py:2: service svc_b imports the operator layer (ops.stack)"]
+    assert operator_violations(imports) == ["ops/cli.py:3: the operator layer imports svc_a.service, not svc_a.client"]
+    assert cycles(imports, "m1flow") == [["m1flow.data.record", "m1flow.data.specs", "m1flow.tasks.logic"]]
+    assert cycles(imports, "ops") == []
     assert cycles(imports, "svc_a") == [["svc_a.report", "svc_a.service"]]
     assert cycles(imports, "svc_b") == []

@@ -1,4 +1,4 @@
-"""One list of services (m1flow/ops/services.py): every service package is on it, and what starts,
+"""One list of services (ops/services.py): every service package is on it, and what starts,
 lists, scales or breaks services (the launcher, `m1flow up`, `m1flow svc`, both chaos runs,
 docker-compose.yml) agrees with it."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ import argparse
 import pytest
 import yaml
 
-from m1flow.ops import ROOT
-from m1flow.ops.chaos.cluster import TARGETS
-from m1flow.ops.chaos.run import ChaosConfig
-from m1flow.ops.cli import parser
-from m1flow.ops.launcher import ServiceProcess
-from m1flow.ops.services import NAMES, SERVICES, service
-from m1flow.ops.stack import Stack
+from ops import ROOT
+from ops.chaos.cluster import TARGETS
+from ops.chaos.run import ChaosConfig
+from ops.cli import parser
+from ops.launcher import ServiceProcess
+from ops.services import NAMES, SERVICES, service
+from ops.stack import Stack
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -56,8 +56,8 @@ def test_an_unknown_service_is_named_with_the_known_ones(tmp_path):
 
 def test_every_listed_service_has_a_principal_and_a_row_of_acls(tmp_path):
     """A service added to the list gets its certificate from `m1flow up --secure` by name; without
-    a row in m1flow/ops/acls.py the broker would deny it everything, so the row must be written."""
-    from m1flow.ops.acls import ACLS
+    a row in ops/acls.py the broker would deny it everything, so the row must be written."""
+    from ops.acls import ACLS
 
     assert set(NAMES) <= set(ACLS), f"no ACL row for {sorted(set(NAMES) - set(ACLS))}"
     assert ACLS["sandbox"].read == ACLS["sandbox"].write == ()  # the sandbox touches no topic

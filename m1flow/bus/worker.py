@@ -20,7 +20,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import MemberToRemove
 
 from m1flow.bus import codec
-from m1flow.bus.clients import TP, Client, ClientError, Settings, consumer
+from m1flow.bus.backlog import Backlog
+from m1flow.bus.clients import TP, Client, ClientError, Consumer, Settings, consumer
 from m1flow.bus.dedupe import SeenIds
 from m1flow.bus.liveness import Health, Liveness, LivenessConfig
 from m1flow.bus.offsets import OffsetTracker
@@ -109,6 +110,20 @@ class HandlerBase:
 
 
 class StreamWorker:
+    """The loop of one consumer: poll, handle in turn, tick, flush, commit (see the module).
+
+    start_offsets: None to join the group and resume from its commits; a dict
+    ("topic/partition" -> offset, missing ones from the beginning) to own every partition and
+    resume from positions the caller stored itself (the learner keeps them in its checkpoint).
+    stop_offsets: replay mode; records at or past these offsets are left alone, and
+    `finished` turns true once every listed partition got there with nothing in flight.
+    static_member: join with group.instance.id = client id (KIP-345), so a replica restarted
+    after a crash takes its partitions back at once instead of after the session timeout, and
+    the rest of the group never stops for it.
+    on_health: called whenever the liveness watchdog changes its verdict (see liveness.py).
+    client: which Kafka client consumes (m1flow/bus/clients.py).
+    """
+
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
                  producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
                  client_id: str | None = None, session_timeout_ms: int = 20_000,
@@ -116,16 +131,6 @@ class StreamWorker:
                  stop_offsets: dict[str, int] | None = None, output_suffix: str = "",
                  static_member: bool = True, liveness: LivenessConfig | None = None,
                  on_health: Callable[[Health], None] = lambda h: None, client: Client = "confluent-kafka") -> None:
-        """start_offsets: None to join the group and resume from its commits; a dict
-        ("topic/partition" -> offset, missing ones from the beginning) to own every partition and
-        resume from positions the caller stored itself (the learner keeps them in its checkpoint).
-        stop_offsets: replay mode; records at or past these offsets are left alone, and
-        `finished` turns true once every listed partition got there with nothing in flight.
-        static_member: join with group.instance.id = client id (KIP-345), so a replica restarted
-        after a crash takes its partitions back at once instead of after the session timeout, and
-        the rest of the group never stops for it.
-        on_health: called whenever the liveness watchdog changes its verdict (see liveness.py).
-        client: which Kafka client consumes (m1flow/bus/clients.py)."""
         self.bootstrap = bootstrap
         self.stop_offsets = stop_offsets
         self.group_id = group_id
@@ -147,41 +152,23 @@ class StreamWorker:
                                  member=self.client_id if self.static_member else None,
                                  assigned_mode=start_offsets is not None)
         self._events: deque[tuple[str, set[tuple[str, int]]]] = deque()
-        self._backlog: dict[TP, deque] = {}
-        self._at_stop: set[TP] = set()
         self._throttled = False
-        # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
-        # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
-        # the libraries' default, is how long a wedged member could stop its whole group.
-        self.consumer = consumer(client, Settings(
-            bootstrap=bootstrap, group_id=group_id, client_id=self.client_id,
-            group_instance_id=self.client_id if self.static_member else None,
-            session_timeout_ms=session_timeout_ms, max_poll_interval_ms=120_000,
-            max_poll_records=self.poll_records))
+        self.consumer = _consumer(client, bootstrap, group_id, self.client_id, self.static_member,
+                                  session_timeout_ms, self.poll_records)
+        self.backlog = Backlog(self.consumer, self.poll_records, stop_offsets)
         for topic in handler.topics:  # know the partitions before joining, or the first assignment is empty
             self.consumer.partitions_for_topic(topic.name)
         if start_offsets is None:
             self.consumer.subscribe([t.name for t in handler.topics], on_assigned=self._assigned_event,
                                     on_revoked=self._revoked_event)
         else:
-            self._assign(start_offsets)
+            self.liveness.assigned(assign_all(self.consumer, handler.topics, start_offsets))
         self.ctx = Context(self)
+        self.dispatch = Dispatch(self)
         self._last_committed: dict[tuple[str, int], int] = {}
         self.liveness.start()
         if start_offsets is not None:
             self.liveness.mark_ready()
-
-    def _assign(self, start_offsets: dict[str, int]) -> None:
-        parts = [(t.name, p) for t in self.handler.topics for p in
-                 sorted(self.consumer.partitions_for_topic(t.name) or range(t.partitions))]
-        self.consumer.assign({tp: start_offsets.get(f"{tp[0]}/{tp[1]}") for tp in parts})
-        self.liveness.assigned(set(parts))
-        if start_offsets:  # the group's commits then say where this consumer really resumes
-            try:
-                self.consumer.commit({(key.rsplit("/", 1)[0], int(key.rsplit("/", 1)[1])): off
-                                      for key, off in start_offsets.items()})
-            except ClientError as exc:
-                log.warning("could not record the start offsets as the group's commits: %s", exc)
 
     def _assigned_event(self, partitions: set[TP]) -> None:
         """Runs inside poll(), on the client's thread: record it; the loop applies it."""
@@ -203,8 +190,11 @@ class StreamWorker:
     def step(self) -> int:
         """One cycle: poll, handle (round-robin over partitions), tick, flush, commit.
         Returns the number of records handled."""
-        self._fill_backlog()
-        count = self._drain_backlog()
+        self.backlog.fill(self._throttled, self._poll_ms, self._apply_rebalance)
+        count = 0
+        while count < self._max_records and not self._throttled and (record := self.backlog.next()) is not None:
+            self.dispatch(record)
+            count += 1
         self.handler.tick(self.ctx)
         self.flush_and_commit()
         self.liveness.handled(count)
@@ -235,50 +225,6 @@ class StreamWorker:
             self._throttled = paused
             self.liveness.throttled(paused)
 
-    def _fill_backlog(self) -> None:
-        """Poll for partitions with nothing waiting; those with a backlog are paused meanwhile.
-
-        kafka-python hands out one partition's fetched records until they run out, so a consumer
-        that takes a few records per step (the rollout service takes one) would drain one
-        partition while the others wait; keeping a small backlog per partition and taking from
-        them in turn reads every owned partition at the same pace.
-        """
-        assigned = self.consumer.assignment()
-        busy = {tp for tp, q in self._backlog.items() if q}
-        hold = assigned if self._throttled else (busy | self._at_stop) & assigned
-        self.consumer.pause(hold)
-        self.consumer.resume((assigned - hold) & self.consumer.paused())
-        batches = self.consumer.poll(timeout_ms=0 if busy else self._poll_ms, max_records=self.poll_records)
-        self._apply_rebalance()
-        if not batches and not assigned:
-            time.sleep(self._poll_ms / 1000)  # poll returns at once without partitions: don't spin
-        owned = self.consumer.assignment()
-        for tp, raw_records in batches.items():
-            if tp not in owned:  # revoked during this very poll
-                continue
-            queue = self._backlog.setdefault(tp, deque())
-            end = self._stop_at(*tp)
-            for raw in raw_records:
-                if raw.offset >= end:
-                    self._at_stop.add(tp)
-                    break
-                queue.append(raw)
-
-    def _drain_backlog(self) -> int:
-        """Up to max_records records, one partition after the other; a partition served goes to the
-        back of the line, so the turn carries over from one step to the next."""
-        count = 0
-        while count < self._max_records and not self._throttled:
-            tp = next((tp for tp, q in self._backlog.items() if q), None)
-            if tp is None:
-                break
-            queue = self._backlog.pop(tp)
-            raw = queue.popleft()
-            self._backlog[tp] = queue
-            self._process(Record(tp[0], tp[1], raw.offset, raw.key, raw.value, raw.timestamp))
-            count += 1
-        return count
-
     def _apply_rebalance(self) -> None:
         """Apply the assignment changes kafka-python reported during the last poll, in order."""
         while self._events:
@@ -299,67 +245,15 @@ class StreamWorker:
 
         Asks the broker for the end offsets (ClientError when it cannot be reached); 0: caught up.
         """
-        parts = self.consumer.assignment()
-        if not parts:
-            return 0
-        ends = self.consumer.end_offsets(parts)
-        unread = sum(max(0, min(ends[tp], self._stop_at(*tp)) - self.consumer.position(tp)) for tp in parts)
-        return unread + sum(len(q) for q in self._backlog.values())
-
-    def _stop_at(self, topic: str, partition: int) -> float:
-        if self.stop_offsets is None:
-            return float("inf")
-        return self.stop_offsets.get(f"{topic}/{partition}", 0)
+        return self.backlog.lag()
 
     @property
     def finished(self) -> bool:
         """Replay mode: every partition reached its stop offset and all outputs are committed."""
-        if self.stop_offsets is None or self._tracker.in_flight() or any(self._backlog.values()):
-            return False
-        for key, end in self.stop_offsets.items():
-            topic, part = key.rsplit("/", 1)
-            if end > 0 and self.consumer.position((topic, int(part))) < end:
-                return False
-        return True
-
-    def _process(self, record: Record) -> None:
-        self._tracker.track(record.topic, record.partition, record.offset)
-        try:
-            message = codec.decode(record.value, spec(record.topic).value_type)
-        except codec.CodecError as exc:
-            self.dead_letter(record, f"undecodable: {exc}")
-            return
-        message_id = message.header.message_id if message.HasField("header") else ""
-        seen_key = f"{record.topic}:{message_id}" if message_id else ""
-        if self.seen.seen(seen_key):
-            self.stats["duplicates"] += 1
-            self._tracker.done(record.topic, record.partition, record.offset)
-            return
-        try:
-            self.handler.handle(message, record, self.ctx)
-            self.stats["handled"] += 1
-        except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
-            log.warning("handler failed on %s: %s", record.position, exc)
-            self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
-            self.ctx.drop_hold(record)
-            self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
-            return
-        if not self.ctx.holds(record):
-            self._tracker.done(record.topic, record.partition, record.offset)
+        return not self._tracker.in_flight() and self.backlog.reached_stop()
 
     def dead_letter(self, record: Record, error: str) -> None:
-        # one letter per record and consumer group: a redelivery after a crash dedupes, and the
-        # letters of two groups that both reject a record say which group each came from
-        message_id = f"dlq:{self.group_id}:{record.position}"
-        letter = events.DeadLetter(
-            header=codec.header(self.service, message_id=message_id), source_topic=record.topic,
-            partition=record.partition, offset=record.offset, key=record.key or b"",
-            value=record.value or b"", error=error[:4000], service=self.service,
-            consumer_group=self.group_id)
-        self.producer.send(DLQ, record.topic, letter)
-        self.stats["dead_lettered"] += 1
-        self._tracker.done(record.topic, record.partition, record.offset)
-        log.warning("dead-lettered %s: %s", record.position, error.splitlines()[0])
+        self.dispatch.dead_letter(record, error)
 
     def flush_and_commit(self) -> None:
         """Acknowledge all outputs, then commit what the tracker allows."""
@@ -384,7 +278,7 @@ class StreamWorker:
         self._tracker.forget(partitions)
         for tp in partitions:
             self._last_committed.pop(tp, None)
-            self._backlog.pop(tp, None)
+        self.backlog.forget(partitions)
 
     def close(self) -> None:
         """Flush outputs, commit what may be committed, and hand the partitions back at once.
@@ -401,6 +295,81 @@ class StreamWorker:
             self.producer.close()
             if self.static_member:
                 _leave_static(self.bootstrap, self.group_id, self.client_id)
+
+
+class Dispatch:
+    """One record through the handler: decoded, deduped by message id, handled (and held, if the handler
+    says so) or dead-lettered with the reason; the offset tracker is told when it is done."""
+
+    def __init__(self, worker: "StreamWorker") -> None:
+        self.handler, self.ctx, self.tracker, self.seen = worker.handler, worker.ctx, worker._tracker, worker.seen
+        self.producer, self.stats = worker.producer, worker.stats
+        self.service, self.group_id = worker.service, worker.group_id
+
+    def __call__(self, record: Record) -> None:
+        self.tracker.track(record.topic, record.partition, record.offset)
+        try:
+            message = codec.decode(record.value, spec(record.topic).value_type)
+        except codec.CodecError as exc:
+            self.dead_letter(record, f"undecodable: {exc}")
+            return
+        message_id = message.header.message_id if message.HasField("header") else ""
+        seen_key = f"{record.topic}:{message_id}" if message_id else ""
+        if self.seen.seen(seen_key):
+            self.stats["duplicates"] += 1
+            self.tracker.done(record.topic, record.partition, record.offset)
+            return
+        try:
+            self.handler.handle(message, record, self.ctx)
+            self.stats["handled"] += 1
+        except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
+            log.warning("handler failed on %s: %s", record.position, exc)
+            self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
+            self.ctx.drop_hold(record)
+            self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
+            return
+        if not self.ctx.holds(record):
+            self.tracker.done(record.topic, record.partition, record.offset)
+
+    def dead_letter(self, record: Record, error: str) -> None:
+        self.producer.send(DLQ, record.topic, letter_for(record, error, self.service, self.group_id))
+        self.stats["dead_lettered"] += 1
+        self.tracker.done(record.topic, record.partition, record.offset)
+        log.warning("dead-lettered %s: %s", record.position, error.splitlines()[0])
+
+
+def assign_all(consumer: Consumer, topics: tuple[TopicSpec, ...], start_offsets: dict[str, int]) -> set[TP]:
+    """Own every partition of `topics` from the given offsets (missing ones from the beginning); they
+    become the group's commits too, which then say where this consumer really resumes."""
+    parts = [(t.name, p) for t in topics for p in sorted(consumer.partitions_for_topic(t.name) or range(t.partitions))]
+    consumer.assign({tp: start_offsets.get(f"{tp[0]}/{tp[1]}") for tp in parts})
+    if start_offsets:
+        try:
+            consumer.commit({(key.rsplit("/", 1)[0], int(key.rsplit("/", 1)[1])): off
+                             for key, off in start_offsets.items()})
+        except ClientError as exc:
+            log.warning("could not record the start offsets as the group's commits: %s", exc)
+    return set(parts)
+
+
+def _consumer(client: Client, bootstrap: str, group_id: str, client_id: str, static_member: bool,
+              session_timeout_ms: int, poll_records: int) -> Consumer:
+    # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
+    # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
+    # the libraries' default, is how long a wedged member could stop its whole group.
+    return consumer(client, Settings(
+        bootstrap=bootstrap, group_id=group_id, client_id=client_id,
+        group_instance_id=client_id if static_member else None,
+        session_timeout_ms=session_timeout_ms, max_poll_interval_ms=120_000, max_poll_records=poll_records))
+
+
+def letter_for(record: Record, error: str, service: str, group_id: str) -> events.DeadLetter:
+    """One letter per record and consumer group: a redelivery after a crash dedupes, and the letters
+    of two groups that both reject a record say which group each came from."""
+    return events.DeadLetter(
+        header=codec.header(service, message_id=f"dlq:{group_id}:{record.position}"), source_topic=record.topic,
+        partition=record.partition, offset=record.offset, key=record.key or b"", value=record.value or b"",
+        error=error[:4000], service=service, consumer_group=group_id)
 
 
 def _leave_static(bootstrap: str, group_id: str, instance_id: str) -> None:

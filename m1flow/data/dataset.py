@@ -88,7 +88,7 @@ class GeneratorSource:
         family, _, suffix = cfg.generator.partition(":")
         generators.GENERATORS.get(family)  # unknown generator: ValueError naming the known ones
         if family == "rg":
-            from m1flow.data.specs import check_rg_task
+            from m1flow.kinds.rg import check_rg_task
 
             try:
                 check_rg_task(suffix)

@@ -1,5 +1,5 @@
 """One pass over an m1flow-form row that proves it well formed without pydantic, and its prompt's
-body bytes, for the kinds most rows are (arith, math, genrm).
+body bytes, for the kinds most rows are (those whose declaration has a fast check: arith, math, genrm).
 
 Why: the importer, `TaskRecord` and the kind's schema cost the prompt source ~20 us a row, four
 times what reading it costs (bench/source.py). This pass checks the same rules with plain type
@@ -14,33 +14,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from m1flow.kinds import KINDS
 from m1flow.prompt_wire import BodyWriter
 
 ROW_KEYS = frozenset({"id", "source", "domain", "prompt", "verifier", "difficulty", "license"})
 VERIFIER_KEYS = frozenset({"kind", "gold", "spec", "payload_uri"})
 ROLES = frozenset({"system", "user", "assistant"})
 DOMAINS = frozenset({"reasoning", "general"})
-MATH_STYLES = frozenset({"auto", "boxed", "gsm8k", "math_dapo"})
 EMPTY = ("", None)
-
-
-def _integer(text: str) -> bool:
-    """The arith schema's `^-?\\d+$`, for ASCII digits (anything else defers to the schema)."""
-    digits = text[1:] if text[:1] == "-" else text
-    return digits.isascii() and digits.isdigit()
+# The kinds' fast checks by the whole kind string: "logic:<family>" and the like have none.
+FAST = {name: kind.fast for name in KINDS.names() if (kind := KINDS.get(name)).fast is not None}
 
 
 def _spec_fits(kind: str, gold: str, spec: dict[str, Any]) -> bool:
-    """The kind's schema (m1flow.data.specs) on the common shapes; False: let the schema say."""
-    if kind == "arith":
-        return _integer(gold)
-    if kind == "math":
-        style = spec.get("style", "auto")
-        return bool(gold) and type(style) is str and style in MATH_STYLES
-    if kind == "genrm":
-        candidates = spec.get("candidates")
-        return candidates is None or (type(candidates) is list and all(type(c) is str for c in candidates))
-    return False
+    """The kind's schema (m1flow/kinds/) on the common shapes; False: let the schema say."""
+    fits = FAST.get(kind)
+    return fits is not None and fits(gold, spec)
 
 
 def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +64,31 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
     domain: the dataset's name and domain override, as m1flow.data.importers.ImportContext has them."""
     if type(row) is not dict or not ROW_KEYS.issuperset(row):
         return None
-    verifier = row.get("verifier")
+    verifier = _verifier(row.get("verifier"))
+    named = _names(row, index, source, domain)
+    if verifier is None or named is None:
+        return None
+    kind, gold, spec, uri = verifier
+    rid, name, dom = named
+    difficulty, license_ = row.get("difficulty"), row.get("license")
+    if difficulty not in EMPTY and type(difficulty) not in (int, float):
+        return None
+    if license_ not in EMPTY and type(license_) is not str:
+        return None
+    turn = _text_of(row.get("prompt"))
+    if turn is None:
+        return None
+    try:
+        spec_json = json.dumps(spec, sort_keys=True) if spec else "{}"
+        prompt_id = f"{name}/{rid}"
+        body = writer.body(prompt_id, kind, turn[0], kind, gold, spec_json, uri, name, dom, turn[1])
+    except (ValueError, TypeError):  # not JSON, not UTF-8 (a lone surrogate): the slow path names the field
+        return None
+    return prompt_id, body
+
+
+def _verifier(verifier: Any) -> tuple[str, str, dict[str, Any], str] | None:
+    """(kind, gold, spec, payload_uri) of a verifier whose kind's fast check accepts it; None: defer."""
     if type(verifier) is not dict or not VERIFIER_KEYS.issuperset(verifier):
         return None
     kind, gold, spec, uri = verifier.get("kind"), verifier.get("gold"), verifier.get("spec"), verifier.get("payload_uri")
@@ -97,8 +110,11 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
         spec = _without_nulls(spec)
     else:
         return None
-    if not _spec_fits(kind, gold, spec):
-        return None
+    return (kind, gold, spec, uri) if _spec_fits(kind, gold, spec) else None
+
+
+def _names(row: dict[str, Any], index: int, source: str, domain: str | None) -> tuple[str, str, str] | None:
+    """(record id, source, domain) as the importer would set them; None: defer."""
     rid, name, dom = row.get("id"), row.get("source"), row.get("domain")
     if rid in EMPTY:
         rid = str(index)
@@ -116,18 +132,4 @@ def quick_body(row: dict[str, Any], index: int, source: str, writer: BodyWriter,
         dom = "reasoning"
     elif type(dom) is not str or dom not in DOMAINS:
         return None
-    difficulty, license_ = row.get("difficulty"), row.get("license")
-    if difficulty not in EMPTY and type(difficulty) not in (int, float):
-        return None
-    if license_ not in EMPTY and type(license_) is not str:
-        return None
-    turn = _text_of(row.get("prompt"))
-    if turn is None:
-        return None
-    try:
-        spec_json = json.dumps(spec, sort_keys=True) if spec else "{}"
-        prompt_id = f"{name}/{rid}"
-        body = writer.body(prompt_id, kind, turn[0], kind, gold, spec_json, uri, name, dom, turn[1])
-    except (ValueError, TypeError):  # not JSON, not UTF-8 (a lone surrogate): the slow path names the field
-        return None
-    return prompt_id, body
+    return rid, name, dom

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from m1flow.data.record import TaskRecord, Verifier
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 # (suffix after ':', seed, index, level, config) -> record
 Generator = Callable[[str, int, int, "int | None", dict[str, Any]], TaskRecord]
@@ -29,18 +29,29 @@ def arith(_: str, seed: int, index: int, level: int | None, config: dict[str, An
                       verifier=Verifier(kind="arith", gold=answer), difficulty=level, license="MIT")
 
 
+def logic_record(family: str, seed: int, index: int, level: int | None = None) -> TaskRecord:
+    """Item `index` of logic family `family`'s stream `seed` (m1flow.tasks.logic.record_fields)."""
+    from m1flow.tasks import logic
+
+    return TaskRecord.model_validate(logic.record_fields(family, seed, index, level))
+
+
+def rg_record(task: str, seed: int, index: int, config: dict[str, Any] | None = None,
+              level: int | None = None) -> TaskRecord:
+    """Item `index` of reasoning-gym task `task` (m1flow.tasks.rg.record_fields)."""
+    from m1flow.tasks import rg
+
+    return TaskRecord.model_validate(rg.record_fields(task, seed, index, config, level))
+
+
 @GENERATORS.register("logic")
 def logic(family: str, seed: int, index: int, level: int | None, config: dict[str, Any]) -> TaskRecord:
-    from m1flow.tasks.logic import make_record  # type: ignore[attr-defined]  # wt/rgcode
-
-    return make_record(family, seed, index, level)
+    return logic_record(family, seed, index, level)
 
 
 @GENERATORS.register("rg")
 def rg(task: str, seed: int, index: int, level: int | None, config: dict[str, Any]) -> TaskRecord:
-    from m1flow.tasks.rg import make_record  # type: ignore[attr-defined]  # wt/rgcode
-
-    return make_record(task, seed, index, config or None, level)
+    return rg_record(task, seed, index, config or None, level)
 
 
 def generate(name: str, seed: int, index: int, level: int | None = None,

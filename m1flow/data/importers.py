@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from m1flow.data.record import RowError, SpecError, TaskRecord
-from m1flow.data.specs import dotted
-from m1flow.rl.registry import Registry
+from m1flow.kinds.base import dotted
+from m1flow.registry import Registry
 
 # verl's data_source names (verl/utils/reward_score/__init__.py) -> our verifier kind
 DEFAULT_KINDS: dict[str, str] = {
@@ -154,7 +154,7 @@ def from_verl(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord
     if not isinstance(extra, dict):
         raise SpecError("extra_info", f"a {type(extra).__name__}, not a mapping")
     ability = str(data.get("ability") or "")
-    kind = "genrm" if reward.get("style") == "model" else kind_of(source, ability, ctx.kinds)
+    kind = "genrm" if reward.get("style") == "model" else kind_for_source(source, ability, ctx.kinds)
     gold = reward.get("ground_truth")
     verifier = {"kind": kind, "gold": "" if gold is None else gold, "spec": {}}
     if kind == "math":
@@ -172,7 +172,7 @@ def from_verl(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord
         "verifier": verifier, "difficulty": extra.get("difficulty"), "license": str(extra.get("license") or "")})
 
 
-def kind_of(data_source: str, ability: str, kinds: Mapping[str, str]) -> str:
+def kind_for_source(data_source: str, ability: str, kinds: Mapping[str, str]) -> str:
     """The verifier kind of a verl data_source: the config's table, the defaults, then the ability."""
     if data_source in kinds:
         return kinds[data_source]

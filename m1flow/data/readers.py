@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from m1flow.data.record import RowError
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 STRIDE = 1024  # rows per index entry of the text formats
 BATCH = 1024   # rows decoded at once from the columnar formats

@@ -3,28 +3,21 @@
 Why one record: every source (a verl parquet, a JSONL, a HF directory, a generator) ends as the same
 `TaskRecord`, so the prompt source, `m1flow data validate` and the tests turn rows into prompts one
 way (`to_prompt`). A record is checked when it is built: its verifier kind must be known and its
-spec must match that kind's schema (m1flow/data/specs.py), so a missing gold fails at the row that
+spec must match that kind's schema (m1flow/kinds/), so a missing gold fails at the row that
 lacks it, never as a silently wrong reward later.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from m1flow.bus import codec
 from m1flow.contracts import events
+from m1flow.kinds import SpecError, Verifier, check_verifier
 
-
-class SpecError(Exception):
-    """A record whose verifier does not fit its kind: `field` names the part, `why` says what is wrong.
-
-    Not a ValueError on purpose: pydantic lets it through unwrapped, so the field survives."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(f"{field}: {why}")
-        self.field, self.why = field, why
+__all__ = ["Message", "RowError", "SpecError", "TaskRecord", "Verifier"]  # SpecError, Verifier: m1flow.kinds's
 
 
 class RowError(Exception):
@@ -36,19 +29,6 @@ class RowError(Exception):
 
     def __reduce__(self):  # picklable, for worker processes
         return RowError, (self.path, self.row, self.field, self.why)
-
-
-class Verifier(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: str = Field(description='"arith", "math", "logic:<family>", "code", "swe", "genrm", "rg:<task>"')
-    gold: str = Field("", description="the gold answer (arith, math); a reference answer or solution (others)")
-    spec: dict[str, Any] = Field(default_factory=dict, description="kind-specific structure (docs/tasks.md)")
-    payload_uri: str = Field("", description="task store reference (an SWE repository snapshot)")
-
-    @property
-    def family(self) -> str:
-        """The kind before ':' ("logic:sudoku" -> "logic"): what svc_reward dispatches on."""
-        return self.kind.split(":", 1)[0]
 
 
 class Message(BaseModel):
@@ -73,7 +53,7 @@ class TaskRecord(BaseModel):
             raise SpecError("prompt", "the chat messages hold no user turn")
         if not self.prompt:
             raise SpecError("prompt", "empty")
-        _check_verifier()(self.verifier)
+        check_verifier(self.verifier)
         return self
 
     @property
@@ -99,14 +79,3 @@ class TaskRecord(BaseModel):
                              text=self.text, verifier=spec, group_size=group_size, source=self.source,
                              domain=self.domain, messages=messages)
 
-
-_CHECK: list = []
-
-
-def _check_verifier():
-    """specs.check_verifier, imported once (specs imports this module, so not at the top)."""
-    if not _CHECK:
-        from m1flow.data.specs import check_verifier
-
-        _CHECK.append(check_verifier)
-    return _CHECK[0]

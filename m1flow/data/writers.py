@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from m1flow.data.readers import CsvTable, Table, TableError, detect_format
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 BATCH = 1024  # rows per Parquet row group written
 

@@ -73,33 +73,14 @@ def sample_batch(
     live_prompts = [i for i, b in enumerate(budgets) if b > 0 and n > 0]
     if not live_prompts:
         return results
-    device = model.lm_head.weight.device
-    caches, first = [], []
-    for i in live_prompts:
-        cache = model.new_cache(1)
-        first.append(model(torch.tensor([prompts[i]], device=device), cache)[:, -1].expand(n, -1))
-        cache.repeat_interleave(n)
-        caches.append(cache)
-    cache = caches[0] if len(caches) == 1 else HybridCache.merge(caches)
-    logits = torch.cat(first)
+    cache, logits = _prefill(model, [prompts[i] for i in live_prompts], n)
     rows = [_Row(i, results[i][j], budgets[i]) for i in live_prompts for j in range(n)]
     min_logprob = math.log(early_stop_prob) if early_stop_prob > 0 else -math.inf
     while True:
         tokens = _draw_per_prompt(logits, rows, temperature, top_p, gens)
         logprobs = torch.log_softmax(sampling_logits(logits, temperature, top_p), dim=-1)
         logprobs = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-        keep = []
-        for index, (row, token, logprob) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
-            c = row.completion
-            c.tokens.append(token)
-            c.logprobs.append(logprob)
-            row.confident_run = row.confident_run + 1 if logprob > min_logprob else 0
-            if token == eos_id:
-                c.finish_reason = "stop"
-            elif row.confident_run >= early_stop_run:
-                c.finish_reason = "repetition"
-            elif len(c.tokens) < row.budget:
-                keep.append(index)
+        keep = _append(rows, tokens.tolist(), logprobs.tolist(), eos_id, early_stop_run, min_logprob)
         if not keep:
             return results
         if len(keep) < len(rows):
@@ -107,6 +88,36 @@ def sample_batch(
             rows = [rows[i] for i in keep]
             tokens = tokens[keep]
         logits = model(tokens[:, None], cache)[:, -1]
+
+
+def _prefill(model: MiniMaxM1ForCausalLM, prompts: list[list[int]], n: int) -> tuple[HybridCache, torch.Tensor]:
+    """Each prompt read once, its cache repeated for its n rows: the batch's cache and first logits."""
+    device = model.lm_head.weight.device
+    caches, first = [], []
+    for prompt in prompts:
+        cache = model.new_cache(1)
+        first.append(model(torch.tensor([prompt], device=device), cache)[:, -1].expand(n, -1))
+        cache.repeat_interleave(n)
+        caches.append(cache)
+    return (caches[0] if len(caches) == 1 else HybridCache.merge(caches)), torch.cat(first)
+
+
+def _append(rows: list[_Row], tokens: list[int], logprobs: list[float], eos_id: int | None, early_stop_run: int,
+            min_logprob: float) -> list[int]:
+    """Each row's new token; the rows that go on (not at eos, a repetition run or their budget)."""
+    keep = []
+    for index, (row, token, logprob) in enumerate(zip(rows, tokens, logprobs)):
+        c = row.completion
+        c.tokens.append(token)
+        c.logprobs.append(logprob)
+        row.confident_run = row.confident_run + 1 if logprob > min_logprob else 0
+        if token == eos_id:
+            c.finish_reason = "stop"
+        elif row.confident_run >= early_stop_run:
+            c.finish_reason = "repetition"
+        elif len(c.tokens) < row.budget:
+            keep.append(index)
+    return keep
 
 
 def _draw_per_prompt(logits: torch.Tensor, rows: list[_Row], temperature: float, top_p: float,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 AdvantageEstimator = Callable[[Sequence[float]], list[float]]
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")

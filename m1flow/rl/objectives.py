@@ -38,7 +38,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 Norm = Literal["token", "sample", "sample_token"]
 SurrogateWeights = Callable[[Tensor, Tensor, float, float], tuple[Tensor, Tensor]]

@@ -7,7 +7,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY, start_http_server
 
-from m1flow.kafka.broker import free_port
+from m1flow.runtime.ports import free_port
 from m1flow.security.config import SecurityConfig, current
 from m1flow.security.grpc_tls import AllowedPeers, add_port, channel
 

@@ -32,6 +32,16 @@ class Service(ABC):
     Config: ClassVar[type[ServiceConfig]] = ServiceConfig
     uses_kafka: ClassVar[bool] = True
 
+    def __init_subclass__(cls, name: str | None = None, config: type[ServiceConfig] | None = None,
+                          **kwargs: Any) -> None:
+        """`class RewardService(Service, name="reward", config=RewardConfig)`: what a service is called
+        (its group, its ready file, `m1flow svc NAME`) and the settings it loads, in its one line."""
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            cls.name = name
+        if config is not None:
+            cls.Config = config
+
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.stop = threading.Event()

@@ -8,8 +8,8 @@ regenerating item i costs one item, not i.
 
 `reasoning_gym` is an optional extra (1.4 s to import, eager): it is imported on first use only.
 
-    record = make_record("leg_counting", seed=0, index=41, level=2)
-    item = entry("leg_counting", record.verifier.spec["config"], 0, 41)
+    fields = record_fields("leg_counting", seed=0, index=41, level=2)  # m1flow.data.generators.rg_record
+    item = entry("leg_counting", fields["verifier"]["spec"]["config"], 0, 41)
     score(item, "<answer>292</answer>")  # -> 1.0 when 292 is the count
 """
 from __future__ import annotations
@@ -18,14 +18,11 @@ import dataclasses
 import hashlib
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from m1flow.chat import after_reasoning
 from m1flow.tasks.logic.base import ANSWER_NOTE
 from m1flow.tasks.names import unknown
-
-if TYPE_CHECKING:
-    from m1flow.data.record import TaskRecord
 
 LICENSE = "Apache-2.0 (reasoning-gym)"
 # Tasks whose items are precomputed for `size` in the constructor (measured on 0.1.25): item i exists
@@ -173,19 +170,18 @@ def _record_id(seed: int, index: int, config: dict[str, Any]) -> str:
     return f"{seed}-{index}-{digest}"
 
 
-def make_record(task: str, seed: int, index: int, config: dict[str, Any] | None = None,
-                level: int | None = None) -> TaskRecord:
-    """Item `index` of rg task `task` as a record; its spec regenerates the item, nothing more
-    (and a fingerprint that tells whether the regenerated item is the one the prompt showed),
-    except for the CARRY_ENTRY tasks, whose items cannot be regenerated: there it is the entry."""
-    from m1flow.data.record import TaskRecord, Verifier
-
+def record_fields(task: str, seed: int, index: int, config: dict[str, Any] | None = None,
+                  level: int | None = None) -> dict[str, Any]:
+    """Item `index` of rg task `task` as a task record's fields (m1flow.data.generators.rg_record
+    builds the record); its spec regenerates the item, nothing more (and a fingerprint that tells
+    whether the regenerated item is the one the prompt showed), except for the CARRY_ENTRY tasks,
+    whose items cannot be regenerated: there it is the entry."""
     carried = task_config(task, config, level)
     item = entry(task, carried, seed, index)
     spec = {"task": task, "config": carried, "seed": int(seed), "index": int(index), "fingerprint": fingerprint(item)}
     if task in CARRY_ENTRY:
         spec["entry"] = _jsonable(item)
-    return TaskRecord(id=_record_id(seed, index, carried), source=f"rg:{task}",
-                      prompt=f"{item['question'].rstrip()}\n\n{ANSWER_NOTE}",
-                      verifier=Verifier(kind=f"rg:{task}", gold=reference_answer(item) or "", spec=spec),
-                      difficulty=None if level is None else float(max(int(level), 1)), license=LICENSE)
+    return {"id": _record_id(seed, index, carried), "source": f"rg:{task}",
+            "prompt": f"{item['question'].rstrip()}\n\n{ANSWER_NOTE}",
+            "verifier": {"kind": f"rg:{task}", "gold": reference_answer(item) or "", "spec": spec},
+            "difficulty": None if level is None else float(max(int(level), 1)), "license": LICENSE}

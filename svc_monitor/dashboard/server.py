@@ -49,57 +49,65 @@ class Dashboard:
         self.server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        dashboard = self
+        """The request handler class, bound to this dashboard (http.server makes one per request)."""
+        return type("Handler", (DashboardHandler,), {"dashboard": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path, _, query = self.path.partition("?")
-                if path != "/healthz" and dashboard.token is not None and not self._admitted(path, query):
-                    return
-                if path == "/":
-                    self._send(dashboard.page.encode(), "text/html; charset=utf-8")
-                elif path == "/static/plotly.min.js":
-                    self._send(dashboard.js, "application/javascript", cache=True)
-                elif path == "/api/dashboard":
-                    try:
-                        body = json.dumps(dashboard.figures.build(), default=str).encode()
-                    except Exception as exc:  # noqa: BLE001 - the page shows it and retries
-                        log.exception("dashboard data failed")
-                        self._send(json.dumps({"error": repr(exc)}).encode(), "application/json",
-                                   status=HTTPStatus.INTERNAL_SERVER_ERROR)
-                        return
-                    self._send(body, "application/json")
-                elif path == "/healthz":
-                    self._send(b"ok", "text/plain")
-                else:
-                    self._send(b"not found", "text/plain", status=HTTPStatus.NOT_FOUND)
 
-            def _admitted(self, path: str, query: str) -> bool:
-                """A valid token passes; one in the URL sets the cookie and drops it from the URL."""
-                presented, in_url = token_from_http(self.headers, query)
-                if not dashboard.token.matches(presented):
-                    self._send(b"the dashboard listens beyond loopback: open it as /?token=<token> (the "
-                               b"monitor's access token: access_token_file, or run_dir/access_token) or send "
-                               b"'Authorization: Bearer <token>'\n", "text/plain", status=HTTPStatus.UNAUTHORIZED)
-                    return False
-                if in_url:
-                    self.send_response(HTTPStatus.SEE_OTHER)
-                    self.send_header("Location", path)
-                    self.send_header("Set-Cookie", cookie_header(dashboard.token))
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return False
-                return True
+class DashboardHandler(BaseHTTPRequestHandler):
+    """GET /: the page; /static/plotly.min.js; /api/dashboard: the figures' data; /healthz. Beyond
+    loopback every path but /healthz needs the monitor's access token."""
 
-            def _send(self, body: bytes, kind: str, status: HTTPStatus = HTTPStatus.OK, cache: bool = False) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "max-age=86400" if cache else "no-store")
-                self.end_headers()
-                self.wfile.write(body)
+    dashboard: Dashboard
 
-            def log_message(self, fmt: str, *args: object) -> None:
-                log.debug("dashboard %s", fmt % args)
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path, _, query = self.path.partition("?")
+        if path != "/healthz" and self.dashboard.token is not None and not self._admitted(path, query):
+            return
+        if path == "/":
+            self._send(self.dashboard.page.encode(), "text/html; charset=utf-8")
+        elif path == "/static/plotly.min.js":
+            self._send(self.dashboard.js, "application/javascript", cache=True)
+        elif path == "/api/dashboard":
+            self._data()
+        elif path == "/healthz":
+            self._send(b"ok", "text/plain")
+        else:
+            self._send(b"not found", "text/plain", status=HTTPStatus.NOT_FOUND)
 
-        return Handler
+    def _data(self) -> None:
+        try:
+            body = json.dumps(self.dashboard.figures.build(), default=str).encode()
+        except Exception as exc:  # noqa: BLE001 - the page shows it and retries
+            log.exception("dashboard data failed")
+            self._send(json.dumps({"error": repr(exc)}).encode(), "application/json",
+                       status=HTTPStatus.INTERNAL_SERVER_ERROR)
+            return
+        self._send(body, "application/json")
+
+    def _admitted(self, path: str, query: str) -> bool:
+        """A valid token passes; one in the URL sets the cookie and drops it from the URL."""
+        presented, in_url = token_from_http(self.headers, query)
+        if not self.dashboard.token.matches(presented):
+            self._send(b"the dashboard listens beyond loopback: open it as /?token=<token> (the "
+                       b"monitor's access token: access_token_file, or run_dir/access_token) or send "
+                       b"'Authorization: Bearer <token>'\n", "text/plain", status=HTTPStatus.UNAUTHORIZED)
+            return False
+        if in_url:
+            self.send_response(HTTPStatus.SEE_OTHER)
+            self.send_header("Location", path)
+            self.send_header("Set-Cookie", cookie_header(self.dashboard.token))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        return True
+
+    def _send(self, body: bytes, kind: str, status: HTTPStatus = HTTPStatus.OK, cache: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "max-age=86400" if cache else "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        log.debug("dashboard %s", fmt % args)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from m1flow.tasks.arith import parse_answer
-from svc_reward.kinds import KINDS, KindContext, ResponseScorer
+from svc_reward.kinds import SCORERS, KindContext, ResponseScorer
 from svc_reward.result import ScoreResult, Status
 
 
@@ -13,6 +13,6 @@ def verify_arith(response: str, gold: str) -> ScoreResult:
     return ScoreResult.scored(value == int(gold), detail=f"got {value}, want {gold}")
 
 
-@KINDS.register("arith")
+@SCORERS.register("arith")
 def arith_kind(ctx: KindContext) -> ResponseScorer:
     return ResponseScorer(lambda response, spec: verify_arith(response, spec.gold))

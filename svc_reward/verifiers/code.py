@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from svc_reward.config import CodeRewardConfig
-from svc_reward.kinds import KINDS, KindContext
+from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import RewardParts, ScoreResult, Status
 from svc_sandbox.client import Executor, ExecRequest, ExecResult, InvalidRequest, fence_tags
 from svc_sandbox.client import Status as RunStatus
@@ -168,6 +168,6 @@ class CodeKind:
         return self.verifier.verify(response, tests, data.get("language", "python"))
 
 
-@KINDS.register("code")
+@SCORERS.register("code")
 def code_kind(ctx: KindContext) -> CodeKind:
     return CodeKind(ctx.sandbox(), ctx.config.code)

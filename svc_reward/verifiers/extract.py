@@ -7,8 +7,10 @@ Everything is plain string scanning; nothing the model wrote is ever evaluated.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from m1flow.chat import after_reasoning
+from m1flow.kinds.math import STYLE_NAMES
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(
@@ -125,10 +127,9 @@ def last_tag(response: str, tag: str = "answer") -> str | None:
 
 
 # Per-source extraction: where the dataset's own scorer (verl's, for the sources it names) looks
-# for the answer. The answer is found that way, then compared by math-verify (equivalence, not
-# string equality); tests/reward/test_math_styles.py lists every case where the verdict differs
-# from verl's, with why.
-MATH_STYLES = ("auto", "boxed", "math_dapo", "gsm8k")
+# for the answer, one extractor per style the library declares (m1flow.kinds.math.STYLES). The
+# answer is found that way, then compared by math-verify (equivalence, not string equality);
+# tests/reward/test_math_styles.py lists every case where the verdict differs from verl's, with why.
 _GSM8K_LINE = re.compile(r"####\s*\$?\s*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")  # verl: "#### (\-?[0-9\.\,]+)"
 _DAPO_ANSWER = re.compile(r"Answer\s*:\s*([^\n]+)", re.IGNORECASE)  # verl math_dapo's answer_pattern
 _NUMBER_THEN_WORDS = re.compile(r"^\s*(-?[\d.,]*\d)\s+[A-Za-z][A-Za-z ]*\.?\s*$")  # "34 dollars": math-verify reads no number
@@ -167,14 +168,13 @@ def extract_dapo_answer(response: str) -> str | None:
     return (unit.group(1) if unit else answer) or None
 
 
+EXTRACTORS: dict[str, Callable[[str], str | None]] = {
+    "auto": extract_math_answer, "boxed": extract_boxed_answer, "math_dapo": extract_dapo_answer,
+    "gsm8k": extract_gsm8k_answer}
+
+
 def extract_answer(response: str, style: str = "auto") -> str | None:
     """The final answer the way `style`'s dataset asks for it; 'auto' accepts every form it knows."""
-    if style == "auto":
-        return extract_math_answer(response)
-    if style == "boxed":
-        return extract_boxed_answer(response)
-    if style == "math_dapo":
-        return extract_dapo_answer(response)
-    if style == "gsm8k":
-        return extract_gsm8k_answer(response)
-    raise ValueError(f"unknown math answer style {style!r}; known: {', '.join(MATH_STYLES)}")
+    if style not in EXTRACTORS:
+        raise ValueError(f"unknown math answer style {style!r}; known: {', '.join(STYLE_NAMES)}")
+    return EXTRACTORS[style](response)

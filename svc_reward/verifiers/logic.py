@@ -10,7 +10,7 @@ from typing import Any
 
 from m1flow.contracts import events
 from m1flow.tasks.logic import MAX_ANSWER_CHARS, TASKS, FormatError, Puzzle
-from svc_reward.kinds import KINDS, KindContext, ResponseScorer
+from svc_reward.kinds import SCORERS, KindContext, ResponseScorer
 from svc_reward.result import ScoreResult, Status
 from svc_reward.verifiers.extract import last_tag
 
@@ -43,6 +43,6 @@ def score_logic(response: str, spec: events.VerifierSpec) -> ScoreResult:
     return verify_puzzle(json.loads(spec.spec_json), response)
 
 
-@KINDS.register("logic")
+@SCORERS.register("logic")
 def logic_kind(ctx: KindContext) -> ResponseScorer:
     return ResponseScorer(score_logic)

@@ -12,71 +12,44 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import queue
 import re
-import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from m1flow.contracts import events
+from m1flow.kinds.math import MATH
+from m1flow.runtime.pipes import PipeWorker
 from svc_reward.config import MathVerifyConfig
-from svc_reward.kinds import KINDS, KindContext
+from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
-from svc_reward.verifiers.extract import MATH_STYLES, extract_answer, last_boxed, strip_delimiters
+from svc_reward.verifiers.extract import extract_answer, last_boxed, strip_delimiters
 
 _WORKER = Path(__file__).with_name("math_worker.py")
 
 
-class _Worker:
-    """One math-verify worker process and its two pipes.
+class _Worker(PipeWorker):
+    """One math-verify worker process (math_worker.py) and its two pipes: jobs down, verdicts up.
 
     math_worker.py runs by path with -P, so its folder (which holds this `math` module) does not
     shadow the standard library's `math` in the worker.
     """
 
     def __init__(self, cfg: MathVerifyConfig) -> None:
-        jobs_r, jobs_w = os.pipe()
-        verdicts_r, verdicts_w = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-P", str(_WORKER), str(jobs_r), str(verdicts_w), str(cfg.memory_mb)],
-                pass_fds=(jobs_r, verdicts_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                close_fds=True)
-        except BaseException:
-            for fd in (jobs_r, jobs_w, verdicts_r, verdicts_w):
-                os.close(fd)
-            raise
-        os.close(jobs_r)
-        os.close(verdicts_w)
-        self.jobs, self.verdicts = Connection(jobs_w, readable=False), Connection(verdicts_r, writable=False)
+        super().__init__(lambda jobs, verdicts: [sys.executable, "-P", str(_WORKER), str(jobs), str(verdicts),
+                                                 str(cfg.memory_mb)],
+                         ready=b'"ready"', startup_timeout_s=cfg.startup_timeout_s,
+                         what="math-verify worker", quiet=True)
         self.tasks = 0
-        try:
-            ready = self.verdicts.poll(cfg.startup_timeout_s) and json.loads(self.verdicts.recv_bytes()) == "ready"
-        except (EOFError, OSError, ValueError):
-            ready = False
-        if not ready:
-            self.kill()
-            raise RuntimeError("math-verify worker did not start")
 
     def ask(self, gold: str, pred: str, deadline: float) -> tuple[str, str] | None:
         """(verdict, detail), or None when the worker missed the deadline."""
-        self.jobs.send_bytes(json.dumps([gold, pred]).encode())
-        if not self.verdicts.poll(deadline):
+        self.send(json.dumps([gold, pred]).encode())
+        if not self.poll(deadline):
             return None
-        verdict, detail = json.loads(self.verdicts.recv_bytes())
+        verdict, detail = json.loads(self.recv())
         return verdict, detail
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(5)
-        self.jobs.close()
-        self.verdicts.close()
 
 
 _THIN_SPACE_GROUPS = re.compile(r"(?<=\d)(?:\\,|\\ |~|\\!)(?=\d{3}\b)")
@@ -92,11 +65,6 @@ def as_boxed(answer: str) -> str:
     return "\\boxed{" + _THIN_SPACE_GROUPS.sub("", text) + "}"
 
 
-_MISSING = {"auto": "no \\boxed{} or Answer: line after the reasoning",
-            "boxed": "no \\boxed{} after the reasoning", "math_dapo": "no Answer: line or \\boxed{} after the reasoning",
-            "gsm8k": "no '#### <number>' line after the reasoning"}
-
-
 class MathVerifierPool:
     """A thread-safe pool of math-verify workers; at most `workers` comparisons run at once."""
 
@@ -109,12 +77,12 @@ class MathVerifierPool:
     def verify(self, response: str, gold: str, timeout_s: float | None = None,
                style: str = "auto") -> ScoreResult:
         """Score a full model response against a gold answer (bare or \\boxed{}); `style` says where
-        the answer is (extract.MATH_STYLES: the dataset's own convention, or 'auto' for any)."""
+        the answer is (m1flow.kinds.math.STYLES: the dataset's own convention, or 'auto' for any)."""
         if not strip_delimiters(gold):
             return ScoreResult.failed(Status.JUDGE_ERROR, "empty gold answer")
         answer = extract_answer(response, style)
         if answer is None:
-            return ScoreResult.failed(Status.FORMAT_ERROR, _MISSING[style])
+            return ScoreResult.failed(Status.FORMAT_ERROR, f"no {MATH.style(style).reads} after the reasoning")
         return self.compare(gold, answer, timeout_s)
 
     def compare(self, gold: str, answer: str, timeout_s: float | None = None) -> ScoreResult:
@@ -205,15 +173,15 @@ class MathKind:
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         style = json.loads(spec.spec_json).get("style", "auto") if spec.spec_json else "auto"
-        if style not in MATH_STYLES:
+        if style not in MATH.style_names:
             return ScoreResult.failed(Status.JUDGE_ERROR, f"unknown math answer style {style!r}; "
-                                                          f"known: {', '.join(MATH_STYLES)}")
+                                                          f"known: {', '.join(MATH.style_names)}")
         return self.pool.verify(response, spec.gold, style=style)
 
     def close(self) -> None:
         self.pool.close()
 
 
-@KINDS.register("math")
+@SCORERS.register("math")
 def math_kind(ctx: KindContext) -> MathKind:
     return MathKind(ctx.config.math)

@@ -1,6 +1,6 @@
 """The `rg:<task>` kind: a reasoning-gym item regenerated from the spec, scored by the library.
 
-spec_json: {"task", "config", "seed", "index", "fingerprint"} (m1flow.tasks.rg.make_record writes
+spec_json: {"task", "config", "seed", "index", "fingerprint"} (m1flow.tasks.rg.record_fields writes
 it; the fingerprint is optional), plus "entry" for the few tasks whose items do not regenerate
 identically in another process (m1flow.tasks.rg.CARRY_ENTRY). The reward
 is the dataset's own `score_answer`, partial credit kept (0.05 for a well-formed wrong answer in
@@ -14,7 +14,7 @@ import json
 
 from m1flow.contracts import events
 from m1flow.tasks import rg
-from svc_reward.kinds import KINDS, KindContext, ResponseScorer
+from svc_reward.kinds import SCORERS, KindContext, ResponseScorer
 from svc_reward.result import RewardParts, ScoreResult, Status
 
 MAX_ANSWER_CHARS = 20_000  # far above any real answer; bounds the work a library scorer does
@@ -45,6 +45,6 @@ def score_rg(response: str, spec: events.VerifierSpec) -> ScoreResult:
                        parts=RewardParts(correctness=reward), detail=f"rg:{task} score {reward:g}")
 
 
-@KINDS.register("rg")
+@SCORERS.register("rg")
 def rg_kind(ctx: KindContext) -> ResponseScorer:
     return ResponseScorer(score_rg)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from m1flow.task_store import read_payload
-from svc_reward.kinds import KINDS, KindContext
+from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
 from svc_sandbox.client import DEFAULT_TEST_COMMAND, InvalidRequest, Limits, RunTestsRequest, TestsRunner
 
@@ -131,6 +131,6 @@ class SweKind:
         return self.verifier.verify(response, SweTask.model_validate({**data, "repo_tar": repo_tar}))
 
 
-@KINDS.register("swe")
+@SCORERS.register("swe")
 def swe_kind(ctx: KindContext) -> SweKind:
     return SweKind(ctx.sandbox().run_tests)

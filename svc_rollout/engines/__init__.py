@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 
 if TYPE_CHECKING:
     from svc_rollout.engines.base import Engine
@@ -55,7 +55,10 @@ def _vllm(cfg: EngineSettings) -> Engine:
 
 
 def build(cfg: EngineSettings) -> Engine:
-    """The configured engine."""
+    """The configured engine, this process's torch on cfg.torch_threads (set before any model loads)."""
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
     return ENGINES.get(cfg.engine)(cfg)
 
 

@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaProducer
 
 from m1flow.bus.admin import end_offsets, ensure_topics
-from m1flow.kafka import Broker, BrokerError
+from ops.kafka import Broker, BrokerError
 
 
 def java_children_of(pid: int) -> bool:

@@ -1,17 +1,18 @@
 """The CLI against the session's real broker, and the broker lifecycle commands on their own."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import METRICS
 from m1flow.contracts import events
-from m1flow.ops import ROOT
+from ops import ROOT
 
 
 def m1flow(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "m1flow", *args], capture_output=True, text=True, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "ops", *args], capture_output=True, text=True, cwd=ROOT,
                          timeout=180)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -42,13 +43,13 @@ def test_kafka_start_status_stop(tmp_path):
 
 def test_without_a_broker_every_command_says_what_to_do_in_one_line(tmp_path):
     for args in (["status"], ["topics", "list"], ["dlq"], ["feed", "--n", "1"]):
-        out = subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(tmp_path), *args],
+        out = subprocess.run([sys.executable, "-m", "ops", "--run-dir", str(tmp_path), *args],
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
         assert "Traceback" not in out.stderr
         lines = [line for line in out.stderr.splitlines() if line.startswith("m1flow: error:")]
         assert len(lines) == 1 and "m1flow up" in lines[0], out.stderr
-    unreachable = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", "127.0.0.1:1", "status"],
+    unreachable = subprocess.run([sys.executable, "-m", "ops", "--bootstrap", "127.0.0.1:1", "status"],
                                  capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert unreachable.returncode == 2 and "Traceback" not in unreachable.stderr
     assert "cannot reach Kafka at 127.0.0.1:1" in unreachable.stderr
@@ -75,3 +76,14 @@ def test_feeding_the_same_seed_twice_gives_fresh_prompt_ids(bootstrap):
     first = m1flow("--bootstrap", bootstrap, "feed", "--n", "2", "--seed", "5")
     second = m1flow("--bootstrap", bootstrap, "feed", "--n", "2", "--seed", "5")
     assert first.split("(")[1] != second.split("(")[1]
+
+
+def test_the_cli_answers_as_python_m_ops_as_python_m_m1flow_and_as_bin_m1flow():
+    """`python -m ops` is the CLI; `python -m m1flow` (older scripts and images) and `bin/m1flow` hand
+    over to it, so all three print the same help."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    helps = [subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+             for command in ([sys.executable, "-m", "ops", "--help"], [sys.executable, "-m", "m1flow", "--help"],
+                             [str(ROOT / "bin" / "m1flow"), "--help"])]
+    assert [h.returncode for h in helps] == [0, 0, 0], [h.stderr for h in helps]
+    assert helps[0].stdout.startswith("usage: m1flow") and helps[0].stdout == helps[1].stdout == helps[2].stdout

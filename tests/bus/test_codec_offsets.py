@@ -9,7 +9,7 @@ from m1flow.bus.offsets import OffsetTracker
 from m1flow.bus.topics import live_topic, spec, suffixed
 from m1flow.contracts import events
 from m1flow.runtime.config import ServiceConfig
-from m1flow.ops.topics_io import parse_position
+from ops.topics_io import parse_position
 
 
 def test_roundtrip_keeps_header_and_payload():

@@ -21,7 +21,7 @@ from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import signing_key
 from m1flow.status import Status
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, build_model
+from ops.warmstart import WarmStartConfig, build_model
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.trainer import Trainer
 from svc_rollout.engines.hf import HFEngine
@@ -80,7 +80,15 @@ def test_learner_writes_to_s3_and_a_rollout_loads_it_checked(s3_server, policy0:
                                                 checkpoint.WEIGHTS_FILE, "config.json", "tokenizer.json")} <= set(keys)
     assert sorted(p.name for p in cfg.checkpoint_root().glob("v*")) == ["v000001"]  # staging: the newest only
 
-    # a rollout on another node: only the store and its own cache directory in common with the learner
+    engine, follower = a_rollout_on_another_node_loads(announced, trainer, s3_server, public, tmp_path)
+    second = a_tampered_object_is_refused(trainer, engine, follower, s3_server, tmp_path)
+    uris_outside_the_roots_are_refused(trainer, follower, second, s3_server, signing)
+    newer_versions_load_and_the_store_rotates(trainer, engine, follower, s3_server, signing, tmp_path)
+
+
+def a_rollout_on_another_node_loads(announced: events.PolicyVersion, trainer: Trainer, s3_server, public: Path,
+                                    tmp_path: Path) -> tuple[HFEngine, PolicyFollower]:
+    """A rollout on another node: only the store and its own cache directory in common with the learner."""
     rollout_store = s3_server.config(cache_keep=2)
     engine = HFEngine(batch_groups=1, group_size=2, device="cpu")
     engine.policies = store.PolicyCache(rollout_store, tmp_path / "rollout-node" / "cache")
@@ -93,8 +101,12 @@ def test_learner_writes_to_s3_and_a_rollout_loads_it_checked(s3_server, policy0:
     assert not (cached[0] / checkpoint.OPTIMIZER_FILE).exists()  # inference needs no optimizer state
     for name, value in engine.model.state_dict().items():
         assert torch.equal(value, trainer.model.state_dict()[name].to(value.dtype)), name
+    return engine, follower
 
-    # a tampered object (the weights of v2 overwritten on the store after the announcement): refused
+
+def a_tampered_object_is_refused(trainer: Trainer, engine: HFEngine, follower: PolicyFollower, s3_server,
+                                 tmp_path: Path) -> events.PolicyVersion:
+    """The weights of v2 overwritten on the store after the announcement: refused, the bad copy not kept."""
     train_step(trainer, 2)
     second = trainer.announcement("run1")
     client = store.client(s3_server.config(), s3_server.bucket)
@@ -106,8 +118,12 @@ def test_learner_writes_to_s3_and_a_rollout_loads_it_checked(s3_server, policy0:
     assert not follower.load_if_due(engine)
     assert engine.version == 1 and follower.failures == 1
     assert len(list((tmp_path / "rollout-node" / "cache").iterdir())) == 1  # the bad copy is not kept
+    return second
 
-    # URIs outside the roots, even signed by the learner's key: refused and counted
+
+def uris_outside_the_roots_are_refused(trainer: Trainer, follower: PolicyFollower, second: events.PolicyVersion,
+                                       s3_server, signing: Path) -> None:
+    """Even signed by the learner's key: refused and counted."""
     before = refused("outside_roots")
     for uri in (f"s3://{s3_server.bucket}/elsewhere/v000003", f"s3://{s3_server.bucket}/run1-evil/v000003",
                 f"s3://other/run1/ckpt/v000003", f"s3://{s3_server.bucket}/run1/../elsewhere/v000003",
@@ -116,7 +132,10 @@ def test_learner_writes_to_s3_and_a_rollout_loads_it_checked(s3_server, policy0:
         follower.announce(forged)
     assert refused("outside_roots") == before + 5 and follower.wanted.version == 2
 
-    # v3 untampered loads; the cache keeps the newest two
+
+def newer_versions_load_and_the_store_rotates(trainer: Trainer, engine: HFEngine, follower: PolicyFollower,
+                                              s3_server, signing: Path, tmp_path: Path) -> None:
+    """v3 and v4 untampered load; the cache keeps the newest two, the store the newest three."""
     train_step(trainer, 3)
     train_step(trainer, 4)
     for version in (3, 4):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from m1flow.bus import Producer
-from m1flow.ops.stack import Stack
-from m1flow.source import publish
+from ops.stack import Stack
+from ops.feed import publish
 from m1flow.tasks.arith import problems
 
 from tests.checkpoint.test_s3_checkpoints import objects

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from m1flow.ops import ROOT
+from ops import ROOT
 
 CANNOT = 3  # scripts/docker_engine.sh's exit code for "no engine can run here"
 
@@ -29,7 +29,7 @@ def services_image(docker_engine) -> float:
     and the secure cluster run the same image); returns the seconds the build took."""
     import time
 
-    from m1flow.ops.cluster import Cluster, ClusterConfig
+    from ops.cluster import Cluster, ClusterConfig
 
     t = time.monotonic()
     Cluster(ClusterConfig(project="m1flowtestimage")).build(quiet=True)

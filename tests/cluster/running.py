@@ -5,7 +5,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from m1flow.ops.cluster import Cluster
+from ops.cluster import Cluster
 
 
 @contextlib.contextmanager

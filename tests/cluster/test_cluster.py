@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from m1flow.bus.admin import admin_client
-from m1flow.ops.cluster import Cluster, ClusterConfig
+from ops.cluster import Cluster, ClusterConfig
 from tests.cluster.running import running
 from m1flow.contracts import rpc, rpc_grpc
 
@@ -45,7 +45,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 2.0):  # no
 
 def chaos_service_env() -> dict[str, str]:
     """The service settings the chaos run of `m1flow up` uses to recover within a test's budget."""
-    from m1flow.ops.chaos.run import ChaosConfig
+    from ops.chaos.run import ChaosConfig
 
     return ChaosConfig().env
 
@@ -178,7 +178,7 @@ def test_scaled_replicas_spread_partitions_and_the_loop_goes_on(cluster):
 
 @pytest.mark.timeout(1500)
 def test_chaos_at_cluster_scale(cluster):
-    from m1flow.ops.chaos.cluster import ClusterChaos, ClusterChaosConfig
+    from ops.chaos.cluster import ClusterChaos, ClusterChaosConfig
 
     t = time.monotonic()
     report = ClusterChaos(cluster, cluster.config.run_volume, BATCH_GROUPS, ClusterChaosConfig(seed=3)).run()

@@ -17,9 +17,9 @@ from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
 from m1flow.bus.producer import Producer
 from m1flow.contracts import events
-from m1flow.ops.cluster import Cluster, ClusterConfig
-from m1flow.ops.cluster_secure import MOUNT, identity
-from m1flow.ops.topics_io import read_range
+from ops.cluster import Cluster, ClusterConfig
+from ops.cluster_secure import MOUNT, identity
+from ops.topics_io import read_range
 from tests.cluster.running import running
 from tests.cluster.test_cluster import free_port, wait_for
 

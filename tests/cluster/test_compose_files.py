@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from m1flow.ops import ROOT
-from m1flow.ops.services import ON_DEMAND
-from m1flow.ops.services import SERVICES as LISTED
+from ops import ROOT
+from ops.services import ON_DEMAND
+from ops.services import SERVICES as LISTED
 
 SERVICES = tuple(s.container for s in LISTED)
 
@@ -112,7 +112,7 @@ def test_topic_layout_reaches_every_service_only_when_given(compose, docker_engi
 def test_secure_override_gives_each_container_only_its_own_identity(docker_engine, tmp_path):
     """docker-compose.secure.yml: the broker TLS-only with client certificates and the authorizer, the
     init job before every Kafka service, each container its own folder (read-only) and a block naming it."""
-    from m1flow.ops.cluster_secure import MOUNT, make_secrets
+    from ops.cluster_secure import MOUNT, make_secrets
 
     secrets = make_secrets(tmp_path / "secrets")
     got = config("docker-compose.yml", "docker-compose.secure.yml", M1FLOW_SECRETS_DIR=str(secrets))["services"]

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from m1flow.ops import ROOT
+from ops import ROOT
 
 SCRIPT = str(ROOT / "scripts" / "docker_engine.sh")
 

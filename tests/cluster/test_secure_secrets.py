@@ -6,9 +6,9 @@ import argparse
 
 from cryptography import x509
 
-from m1flow.ops import cluster as cluster_mod
-from m1flow.ops.cluster import ClusterConfig
-from m1flow.ops.cluster_secure import PRINCIPALS, identity, make_secrets
+from ops import cluster as cluster_mod
+from ops.cluster import ClusterConfig
+from ops.cluster_secure import PRINCIPALS, identity, make_secrets
 
 
 def test_secrets_are_made_once_and_each_folder_holds_one_identity(tmp_path):

@@ -67,8 +67,7 @@ def humaneval_row(task_id: str = "HumanEval/34") -> dict[str, Any]:
 def good_rows(tmp_path: Path, store: TaskStore) -> list[dict[str, Any]]:
     """One row of each kind (math in two styles, one a chat conversation, code in both styles),
     every gold scoring 1; the genrm row has none (a judge scores it)."""
-    from m1flow.tasks.logic import make_record as logic_record
-    from m1flow.tasks.rg import make_record as rg_record
+    from m1flow.data.generators import logic_record, rg_record
 
     return [
         row("mix", "arith", "47+38=", "arith", "85"),

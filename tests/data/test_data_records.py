@@ -9,7 +9,7 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.data import DatasetConfig, RowError, SpecError, TaskRecord, Verifier, open_source
 from m1flow.data.importers import IMPORTERS, ImportContext, import_row
-from m1flow.data.specs import SPECS
+from m1flow.kinds import KINDS
 
 CTX = ImportContext(source="set", path="f.jsonl")
 
@@ -59,7 +59,7 @@ def test_each_kind_schema_names_the_bad_field(kind, gold, spec, field, why):
 
 
 def test_good_records_of_every_kind():
-    assert set(SPECS.names()) == {"arith", "math", "logic", "code", "swe", "genrm", "rg"}
+    assert set(KINDS.names()) == {"arith", "math", "logic", "code", "swe", "genrm", "rg"}
     rec("arith", "-3")
     rec("math", "\\frac{1}{2}", {"style": "boxed"})
     rec("logic:sudoku", spec=_puzzle())

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from m1flow.data import DatasetConfig, open_source
-from m1flow.ops.data_cli import cmd_validate
-from m1flow.ops.data_validate import GoldChecker, check_rows
+from ops.data_cli import cmd_validate
+from ops.data_validate import GoldChecker, check_rows
 from m1flow.task_store import TaskStore
 from tests.data.rows import BAD_FIELD, FORMATS, MALFORMED_FIELD, bad_rows, good_rows, row, swe_row, unreadable, write
 
@@ -34,7 +34,7 @@ def validate(capsys, *files: Path | str, **flags) -> tuple[int, list[str], str]:
 def sandbox(tmp_path_factory) -> str:
     """One local sandbox for the code and SWE rows of the per-format files (the jail where it runs,
     else what svc_sandbox picks), instead of one started by each validate."""
-    from m1flow.ops.launcher import launch
+    from ops.launcher import launch
     from svc_sandbox.backends.jail import JailBackend
 
     args = [] if JailBackend.missing() else ["--backend", "jail"]
@@ -98,7 +98,7 @@ def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
     datasets.disable_progress_bars()
     datasets.Dataset.from_parquet(str(FIXTURES / "gsm8k_verl.parquet")).save_to_disk(str(tmp_path / "hf"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "m1flow", "data", "validate", str(FIXTURES / "mixed.jsonl"),
+    proc = subprocess.Popen([sys.executable, "-m", "ops", "data", "validate", str(FIXTURES / "mixed.jsonl"),
                              str(FIXTURES / "gsm8k_verl.parquet"), str(FIXTURES / "tasks.csv"), str(tmp_path / "hf")],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=240)
@@ -107,7 +107,7 @@ def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
         "validate: 58 rows in 4 file(s): 57 good, 0 bad, 1 schema-checked only (genrm without a reference "
         "answer: a judge model scores it, not checkable offline: 1)"]
     assert "starting a local sandbox" in stderr
-    leftover = subprocess.run(["pgrep", "-f", f"m1flow.ops.tethered {proc.pid} "], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", f"ops.tethered {proc.pid} "], capture_output=True, text=True)
     assert leftover.stdout == "", "the sandbox outlived validate"
 
 
@@ -160,6 +160,27 @@ def test_verl_rows_of_an_unmapped_source_are_bad_until_mapped(capsys, tmp_path):
     assert validate(capsys, tmp_path / "ours.parquet", kinds='{"ours/word-problems": "math"}')[0] == 0
 
 
+def test_a_kind_without_a_gold_writer_is_schema_checked_and_said_so_per_row(capsys, tmp_path, monkeypatch):
+    """A declared kind that has a schema but no gold writer (a kind half added): each of its rows is
+    schema-checked and its verdict says why it was not scored, never a traceback; other rows are checked."""
+    from m1flow.kinds import KINDS, Kind, KindSchema, Style
+
+    monkeypatch.setitem(KINDS._items, "plain", Kind(name="plain", schema=KindSchema, styles=(Style("text", "the text"),)))
+    rows = [row("p", "a", "Say hi.", "plain", "hi"), row("p", "ok", "1+1=", "arith", "2"), row("p", "b", "Bye.", "plain")]
+    path = write(tmp_path, "jsonl", rows)
+    code, out, err = validate(capsys, path)
+    assert (code, out) == (0, ["validate: 3 rows in 1 file(s): 1 good, 0 bad, 2 schema-checked only "
+                               "(verifier kind 'plain' declares no gold writer: 2)"]) and "Traceback" not in err
+    checker = GoldChecker()
+    try:
+        verdicts = list(check_rows(checker, str(path), open_source(DatasetConfig(path=str(path))).records()))
+    finally:
+        checker.close()
+    assert [(v.index, v.error, v.unchecked) for v in verdicts] == [
+        (0, None, "verifier kind 'plain' declares no gold writer"), (1, None, ""),
+        (2, None, "verifier kind 'plain' declares no gold writer")]
+
+
 def test_check_rows_keeps_row_order_with_parallel_checks():
     checker = GoldChecker()
     try:
@@ -176,9 +197,9 @@ def test_a_killed_validate_leaves_no_sandbox_running(tmp_path):
     import time
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "m1flow", "data", "validate", str(FIXTURES / "mixed.jsonl")],
+    proc = subprocess.Popen([sys.executable, "-m", "ops", "data", "validate", str(FIXTURES / "mixed.jsonl")],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pattern = f"m1flow.ops.tethered {proc.pid} "
+    pattern = f"ops.tethered {proc.pid} "
 
     def sandboxes() -> str:
         return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()

@@ -18,9 +18,9 @@ from m1flow.contracts import events
 from m1flow.data import DatasetConfig, open_table
 from m1flow.data.readers import read_all
 from m1flow.data.writers import sibling_path
-from m1flow.ops.bands import (DEFAULT_BAND, KEPT, TOO_EASY, TOO_HARD, UNPROFILED, Band, BandError, Bands,
+from ops.bands import (DEFAULT_BAND, KEPT, TOO_EASY, TOO_HARD, UNPROFILED, Band, BandError, Bands,
                               filter_file, parse_band)
-from m1flow.ops.profile import ProfileError, ProfileFile, check_policy, outcome_of, read_profile
+from ops.profile import ProfileError, ProfileFile, check_policy, outcome_of, read_profile
 from m1flow.status import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +199,7 @@ def dataset(path: Path) -> Path:
 
 
 def cli(*args: str | Path) -> list[str]:
-    return [sys.executable, "-m", "m1flow", "data", *map(str, args)]
+    return [sys.executable, "-m", "ops", "data", *map(str, args)]
 
 
 def leftovers(run_dir: Path) -> list[str]:
@@ -227,8 +227,8 @@ def good_lines(path: Path) -> int:
 
 def topics(run_dir: Path) -> dict[str, list[dict]]:
     """prompts, rollouts and scored of the profile's own broker (started again to read them)."""
-    from m1flow.kafka import Broker
-    from m1flow.ops.topics_io import read_range
+    from ops.kafka import Broker
+    from ops.topics_io import read_range
 
     broker = Broker(run_dir / "kafka")
     try:
@@ -242,18 +242,7 @@ def test_profile_killed_resumes_matches_scored_and_filters(tmp_path, hybrid_poli
     data, out, run_dir = dataset(tmp_path / "rows.jsonl"), tmp_path / "rows.profile.jsonl", tmp_path / "run"
     args = cli("profile", data, "--model", hybrid_policy, "--k", "4", "--run-dir", run_dir, "--lead", "1")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-    first = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 180
-    while good_lines(out) < 2 and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)  # the next row's prompt is out: one row in flight at the kill
-    first.send_signal(signal.SIGKILL)
-    killed_ms = int(time.time() * 1000)
-    first.wait(10)
-    before = out.read_text().splitlines()
-    assert 2 <= good_lines(out) < 7, first.stdout.read()
-    wait_gone(run_dir)
+    before, killed_ms = killed_after_two_rows(args, env, tmp_path, out, run_dir)
 
     again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -264,6 +253,42 @@ def test_profile_killed_resumes_matches_scored_and_filters(tmp_path, hybrid_poli
     assert "nogold" not in {v["id"] for v in lines.values()} and "verifier.gold" in lines[2]["error"]
 
     seen = topics(run_dir)
+    prompts = each_row_published_once(seen)
+    lines_match_the_scored_groups(lines, prompts, seen)
+    written_first = {json.loads(line)["row"] for line in before if line.endswith("}")}
+    later = {e["value"]["group_id"].rsplit("/", 1)[0] for e in seen["rollouts"]
+             if int(e["value"]["header"]["created_unix_ms"]) > killed_ms}
+    assert not later & {prompts[r][0]["prompt_id"] for r in written_first if r != 2}, "a written row was sampled again"
+    in_flight = {r for r, p in prompts.items() if int(p[0]["header"]["created_unix_ms"]) < killed_ms} - written_first
+    print(f"killed with {len(written_first)} rows written and rows {sorted(in_flight)} in flight")
+    if in_flight:  # published before the kill, not written: awaited, not published again
+        assert f"{len(in_flight)} published earlier" in again.stdout
+
+    assert [lines[r]["pass_rate"] for r in (6, 7)] == [0.0, 0.0]  # the impossible rows
+    assert sum(lines[r]["passes"] for r in (0, 1, 3, 4, 5)) > 0
+    the_filter_keeps_the_band(data, out, lines, tmp_path, env)
+
+
+def killed_after_two_rows(args: list[str], env: dict[str, str], cwd: Path, out: Path, run_dir: Path
+                          ) -> tuple[list[str], int]:
+    """A profile SIGKILLed once two rows are written and the next one's prompt is out: the lines it
+    wrote, and when it was killed; its stack dies with it."""
+    first = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while good_lines(out) < 2 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the next row's prompt is out: one row in flight at the kill
+    first.send_signal(signal.SIGKILL)
+    killed_ms = int(time.time() * 1000)
+    first.wait(10)
+    before = out.read_text().splitlines()
+    assert 2 <= good_lines(out) < 7, first.stdout.read()
+    wait_gone(run_dir)
+    return before, killed_ms
+
+
+def each_row_published_once(seen: dict[str, list[dict]]) -> dict[int, list[dict]]:
+    """The prompts by row: every row but the bad one, once, stamped by the profile's run."""
     prompts: dict[int, list[dict]] = {}
     for entry in seen["prompts"]:
         value = entry["value"]
@@ -272,7 +297,13 @@ def test_profile_killed_resumes_matches_scored_and_filters(tmp_path, hybrid_poli
     assert all(len(p) == 1 for p in prompts.values()), "a row was published twice"
     run_id = prompts[0][0]["header"]["trace"]["run_id"]
     assert run_id.startswith("profile-") and all(p[0]["header"]["producer"] == "profile" for p in prompts.values())
+    return prompts
 
+
+def lines_match_the_scored_groups(lines: dict[int, dict], prompts: dict[int, list[dict]],
+                                  seen: dict[str, list[dict]]) -> None:
+    """Each row's line counts the passes of one of its scored groups, of the profile's run."""
+    run_id = prompts[0][0]["header"]["trace"]["run_id"]
     by_group: dict[str, list[dict]] = {}
     for entry in seen["scored"]:
         by_group.setdefault(entry["value"]["group_id"], []).append(entry["value"])
@@ -286,23 +317,14 @@ def test_profile_killed_resumes_matches_scored_and_filters(tmp_path, hybrid_poli
         assert line["passes"] in outcomes and line["k"] == 4 and line["judged"] == 4
         assert line["pass_rate"] == line["passes"] / 4 and line["run"] == run_id
 
-    written_first = {json.loads(line)["row"] for line in before if line.endswith("}")}
-    later = {e["value"]["group_id"].rsplit("/", 1)[0] for e in seen["rollouts"]
-             if int(e["value"]["header"]["created_unix_ms"]) > killed_ms}
-    assert not later & {prompts[r][0]["prompt_id"] for r in written_first if r != 2}, "a written row was sampled again"
-    in_flight = {r for r, p in prompts.items() if int(p[0]["header"]["created_unix_ms"]) < killed_ms} - written_first
-    print(f"killed with {len(written_first)} rows written and rows {sorted(in_flight)} in flight")
-    if in_flight:  # published before the kill, not written: awaited, not published again
-        assert f"{len(in_flight)} published earlier" in again.stdout
 
-    assert [lines[r]["pass_rate"] for r in (6, 7)] == [0.0, 0.0]  # the impossible rows
-    assert sum(lines[r]["passes"] for r in (0, 1, 3, 4, 5)) > 0
-    filtered = subprocess.run(cli("filter", data, "--profile", out), cwd=tmp_path, env=env,
+def the_filter_keeps_the_band(data: Path, out: Path, lines: dict[int, dict], cwd: Path, env: dict[str, str]) -> None:
+    filtered = subprocess.run(cli("filter", data, "--profile", out), cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=120)
     assert filtered.returncode == 0, filtered.stderr
     rates = {r: v.get("pass_rate") for r, v in lines.items()}
     kept = [r for r, rate in rates.items() if rate is not None and 0 < rate < 0.9]
-    got = [row for _, row in read_all(open_table(tmp_path / "rows.filtered.jsonl"))]
+    got = [row for _, row in read_all(open_table(cwd / "rows.filtered.jsonl"))]
     assert [row["id"] for row in got] == [lines[r]["id"] for r in sorted(kept)]
     total = filtered.stdout.splitlines()[-2].split()
     assert total[0] == "total" and [int(x) for x in total[1:]] == [

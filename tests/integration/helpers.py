@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from m1flow.ops.topics_io import read_range
+from ops.topics_io import read_range
 
 
 def records(bootstrap: str, topic: str) -> list[dict]:

@@ -4,7 +4,7 @@ guarantees checked from the topics and the learner's checkpoints; prints the tim
 recovery time of each fault and the invariants."""
 from __future__ import annotations
 
-from m1flow.ops.chaos.run import ChaosConfig, ChaosRun
+from ops.chaos.run import ChaosConfig, ChaosRun
 
 
 def test_chaos_run_keeps_every_guarantee(tmp_path):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from m1flow.contracts import events
-from m1flow.ops.launcher import launch
+from ops.launcher import launch
 from svc_reward.config import RewardConfig
 from svc_reward.result import Status
 from svc_reward.scorers import ScorerRegistry

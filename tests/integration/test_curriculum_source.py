@@ -12,8 +12,8 @@ import json
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
-from m1flow.ops.topics_io import read_range
+from ops.stack import Stack
+from ops.topics_io import read_range
 from m1flow.status import Status
 
 from tests.integration.helpers import commit_end, wait_for

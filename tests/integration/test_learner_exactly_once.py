@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
-from m1flow.kafka import Broker
+from ops.kafka import Broker
 from m1flow.bus.admin import ensure_topics
-from m1flow.ops.launcher import launch
+from ops.launcher import launch
 from m1flow.chat import prompt_ids
 from m1flow.checkpoint import WEIGHTS_FILE, latest, load_policy, load_state
 from m1flow.model import sample
@@ -28,7 +28,7 @@ from m1flow.rl.filling import fill_batches
 from m1flow.sampling import generator
 from m1flow.status import Status
 from m1flow.tasks.arith import parse_answer, problems
-from m1flow.warmstart import warm_started_policy
+from ops.warmstart import warm_started_policy
 
 GROUPS, BATCH = 80, 4
 # Every sample comes from policy 0; no staleness limit, so what is trained depends on rewards alone.
@@ -145,7 +145,7 @@ def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_br
     train (DDP over gloo); same groups per step, and after 2 steps x 2 updates the weights agree
     with the single-process learner's (one update within 1e-6 and the exact gradients are checked
     in tests/learner/test_learner_distributed.py)."""
-    from m1flow.ops.launcher import torchrun
+    from ops.launcher import torchrun
 
     bootstrap, policy, _ = filled_broker
     # AdamW with eps 1e-15 takes a sign-like step, so a parameter whose true gradient is ~0 would

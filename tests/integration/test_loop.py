@@ -8,12 +8,12 @@ import torch
 
 from m1flow.bus import Producer
 from m1flow.contracts import events
-from m1flow.source import publish
-from m1flow.ops.stack import Stack
+from ops.feed import publish
+from ops.stack import Stack
 from m1flow.tasks.arith import problems
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.status import Status
-from m1flow.ops.topics_io import read_range
+from ops.topics_io import read_range
 from svc_learner.batching import to_batch
 from svc_learner.optim import make_optimizer
 from svc_learner.update import SequenceLogprobs, TrainConfig, train_on_batch
@@ -61,7 +61,7 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     from m1flow.checkpoint import load_model, load_tokenizer
     from m1flow.model import sample
     from m1flow.sampling import generator
-    from m1flow.warmstart import warm_started_policy
+    from ops.warmstart import warm_started_policy
 
     policy = warm_started_policy(tmp_path / "p0")
     model, tok = load_model(policy, trainable=True), load_tokenizer(policy)
@@ -99,7 +99,7 @@ def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     by the rollout service itself (64 x 8 samples), rises from the first policy to the last."""
     pytest.importorskip("vllm")
     from m1flow import checkpoint
-    from m1flow.ops.demo import DemoConfig, evaluate, rl_lr, wait_for_version
+    from ops.demo import DemoConfig, evaluate, rl_lr, wait_for_version
 
     batch, versions = 16, 96
     asked = problems(seed=3, n=64, max_operand=12)

@@ -12,7 +12,7 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from m1flow.status import Status
 from svc_monitor.client import report
 
@@ -114,9 +114,15 @@ def test_the_schedule_advances_on_real_groups_and_a_restarted_monitor_continues_
     level = steps[-1]["evidence"]
     assert level["signals"]["accuracy[arith]"] == 0.875 and level["thresholds"]["accuracy[arith]>"] == 0.8
 
-    from m1flow.ops.cli import main
+    a_person_s_mixture_is_the_one_in_force_and_reported(monitor, scorer, capsys)
 
-    address = monitor.get("monitor").grpc_address
+
+def a_person_s_mixture_is_the_one_in_force_and_reported(monitor: Stack, scorer: Scorer, capsys) -> None:
+    """`m1flow control mixture` mid-ramp: the monitor takes it as the mixture in force and ramps on
+    from it; `m1flow report` shows the curriculum and the decisions."""
+    from ops.cli import main
+
+    bootstrap, address = monitor.bootstrap, monitor.get("monitor").grpc_address
     base = ["--bootstrap", bootstrap]
     assert main([*base, "control", "mixture", "--weight", "chat=0.2", "--stage", "blend", "--reason", "go slower"]) == 0
     wait_for(lambda: report(address).curriculum.weights["chat"] == pytest.approx(0.2), 30,

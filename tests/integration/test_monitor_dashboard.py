@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from m1flow.ops.browser import (browser_paths, console_errors, headless_chromium, plot_points, refreshes,
+from ops.browser import (browser_paths, console_errors, headless_chromium, plot_points, refreshes,
                             screenshot_full_page, wait_rendered)
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import PROMPTS
 from m1flow.contracts import events
-from m1flow.source import publish
-from m1flow.ops.stack import Stack
+from ops.feed import publish
+from ops.stack import Stack
 from m1flow.tasks.arith import problems
 from svc_monitor.client import report
 

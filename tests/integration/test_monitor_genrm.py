@@ -12,7 +12,7 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import ROLLOUTS
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from svc_monitor.client import report
 
 from tests.integration.helpers import records, wait_for

@@ -11,7 +11,7 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import METRICS, PROMPTS, ROLLOUTS
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from svc_monitor.client import report
 
 from tests.integration.helpers import records, wait_for
@@ -140,7 +140,7 @@ def test_low_train_inference_correlation_raises_the_precision_alert(monitor):
 
 
 def test_people_steer_through_the_cli_and_the_monitor_follows(monitor, capsys):
-    from m1flow.ops.cli import main
+    from ops.cli import main
 
     address = monitor.get("monitor").grpc_address
     base = ["--bootstrap", monitor.bootstrap]

@@ -10,7 +10,7 @@ from m1flow.bus import Producer, codec
 from m1flow.bus.topics import PROMPTS, ROLLOUTS, SCORED
 from m1flow.contracts import events
 from m1flow.checkpoint import LEARNER_CHECKPOINTS, WEIGHTS_FILE, version_dir
-from m1flow.ops.replay import ReplayError, learner_args, rollout_args
+from ops.replay import ReplayError, learner_args, rollout_args
 from m1flow.status import Status
 
 

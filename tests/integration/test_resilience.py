@@ -11,9 +11,9 @@ import pytest
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import ROLLOUTS
 from m1flow.contracts import events
-from m1flow.ops import ROOT
-from m1flow.source import publish
-from m1flow.ops.stack import Stack
+from ops import ROOT
+from ops.feed import publish
+from ops.stack import Stack
 from m1flow.tasks.arith import problems
 
 from tests.integration.helpers import content, policy_versions, records, scored_by_group, wait_for
@@ -92,7 +92,7 @@ def test_replay_rescored_groups_equal_originals(reward_stack, tmp_path):
     for i in range(5):
         send_group(producer, f"replay-{i}", ["2", "3", "4"][: 2 + i % 2])
     wait_for(lambda: all(f"replay-{i}" in scored_by_group(boot) for i in range(5)), 60, "groups scored")
-    dump = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", boot, "topics", "dump",
+    dump = subprocess.run([sys.executable, "-m", "ops", "--bootstrap", boot, "topics", "dump",
                            "--topic", "scored"], capture_output=True, text=True, check=True, cwd=ROOT)
     original = {}
     for line in dump.stdout.splitlines():
@@ -100,7 +100,7 @@ def test_replay_rescored_groups_equal_originals(reward_stack, tmp_path):
         original.setdefault(value["group_id"], content(value))
     end = sum(1 for _ in records(boot, "rollouts"))  # total; stop offsets come from the topic's end
     assert end > 0
-    replay = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", boot, "--run-dir",
+    replay = subprocess.run([sys.executable, "-m", "ops", "--bootstrap", boot, "--run-dir",
                              str(tmp_path), "replay", "--topic", "rollouts", "--from", "0",
                              "--group", "reward-replay-test", "--service", "reward"],
                             capture_output=True, text=True, cwd=ROOT, timeout=300)

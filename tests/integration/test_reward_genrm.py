@@ -11,7 +11,7 @@ from m1flow.bus import Producer, codec
 from m1flow.bus.topics import CONTROL, ROLLOUTS
 from m1flow.contracts import events
 from m1flow.rl.advantages import advantages as advantages_of
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 
 from tests.integration.helpers import records, scored_by_group, wait_for
 from tests.integration.test_resilience import rollout

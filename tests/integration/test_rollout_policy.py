@@ -11,8 +11,8 @@ from m1flow.bus import Producer, codec
 from m1flow.bus.topics import POLICY, POLICY_KEY
 from m1flow.contracts import events
 from m1flow.checkpoint import uri_for, weights_sha256
-from m1flow.ops.stack import Stack
-from m1flow.warmstart import warm_started_policy
+from ops.stack import Stack
+from ops.warmstart import warm_started_policy
 
 from tests.integration.helpers import wait_for
 

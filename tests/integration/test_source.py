@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from m1flow.bus.admin import end_offsets
-from m1flow.ops.launcher import launch
-from m1flow.ops.topics_io import read_range
+from ops.launcher import launch
+from ops.topics_io import read_range
 from tests.integration.helpers import commit_end, wait_for
 
 pytestmark = pytest.mark.kafka
@@ -147,7 +147,7 @@ def test_a_source_that_cannot_be_opened_stops_the_service_with_one_line(tmp_path
 def test_a_dataset_and_a_generator_fed_through_the_source_are_scored_and_trained_on(tmp_path):
     """The loop with the source in front: a JSONL file and the arith generator, interleaved by
     weight, sampled by the rollout service, scored by the reward service, trained on by the learner."""
-    from m1flow.ops.stack import Stack
+    from ops.stack import Stack
     from tests.integration.helpers import policy_versions, scored_by_group
 
     data = tmp_path / "sums.jsonl"
@@ -178,14 +178,14 @@ def test_feed_dataset_publishes_a_file_once_through_the_same_record_path(tmp_pat
     import subprocess
     import sys
 
-    from m1flow.ops import ROOT
+    from ops import ROOT
 
     data = tmp_path / "feedme.jsonl"
     rows = [{"id": f"f{i}", "source": "feedme", "prompt": f"{i}*2=", "verifier": {"kind": "arith", "gold": str(2 * i)}}
             for i in range(4)]
     data.write_text("\n".join([json.dumps(r) for r in rows[:2]] + ["{broken"] + [json.dumps(r) for r in rows[2:]]) + "\n")
     before = end_offsets(bootstrap, "prompts")
-    out = subprocess.run([sys.executable, "-m", "m1flow", "--bootstrap", bootstrap, "feed", "--dataset", str(data),
+    out = subprocess.run([sys.executable, "-m", "ops", "--bootstrap", bootstrap, "feed", "--dataset", str(data),
                           "--n", "4", "--group-size", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr

@@ -5,12 +5,13 @@ monitor's report shows both sources, each with the accuracy of its own scored gr
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import PROMPTS
 from m1flow.checkpoint import load_tokenizer
 from m1flow.contracts import events
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from m1flow.tasks.arith import problems
 from svc_monitor.client import report
 
@@ -42,6 +43,25 @@ def accuracy_of(groups: list[dict]) -> float:
     return sum(verdicts) / len(verdicts)
 
 
+def learner_groups(bootstrap: str) -> dict[str, float]:
+    """Groups per source the learner counted on `metrics` (all of kind arith)."""
+    out: dict[str, float] = defaultdict(float)
+    for rec in records(bootstrap, "metrics"):
+        m = rec["value"]
+        if m["name"] == "learner/source/groups":
+            assert m["labels"]["kind"] == "arith"
+            out[m["labels"]["source"]] += m.get("value", 0.0)
+    return dict(out)
+
+
+def monitor_rows(address: str) -> dict[str, list]:
+    """The monitor's report rows per source."""
+    out: dict[str, list] = defaultdict(list)
+    for row in report(address).source_rows:
+        out[row.source].append(row)
+    return out
+
+
 def test_two_sources_are_accounted_apart_from_prompt_to_report(tmp_path):
     stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH),
                                                       "--algorithm", '{"dynamic_sampling": false}']})
@@ -66,27 +86,12 @@ def test_two_sources_are_accounted_apart_from_prompt_to_report(tmp_path):
             assert g["domain"] == SOURCES[g["prompt_id"].split("-")[0]][1]
         assert {s: len(v) for s, v in scored.items()} == {"arith-plain": PER_SOURCE, "arith-chat": PER_SOURCE}
 
-        def learner_groups() -> dict[str, float]:
-            out: dict[str, float] = defaultdict(float)
-            for rec in records(stack.bootstrap, "metrics"):
-                m = rec["value"]
-                if m["name"] == "learner/source/groups":
-                    assert m["labels"]["kind"] == "arith"
-                    out[m["labels"]["source"]] += m.get("value", 0.0)
-            return dict(out)
-
         # 8 groups, batches of 4, every group trained: each source's groups are counted once by the learner
-        wait_for(lambda: learner_groups() == {"arith-plain": PER_SOURCE, "arith-chat": PER_SOURCE}, 180,
-                 "the learner's per-source group counts")
+        wait_for(lambda: learner_groups(stack.bootstrap) == {"arith-plain": PER_SOURCE, "arith-chat": PER_SOURCE},
+                 180, "the learner's per-source group counts")
 
         address = stack.get("monitor").grpc_address
-
-        def per_source() -> dict[str, list]:
-            out: dict[str, list] = defaultdict(list)
-            for row in report(address).source_rows:
-                out[row.source].append(row)
-            return out
-
+        per_source = partial(monitor_rows, address)
         wait_for(lambda: {s: sum(r.groups for r in rows) for s, rows in per_source().items()}
                  == {"arith-plain": PER_SOURCE, "arith-chat": PER_SOURCE}, 120, "both sources in the monitor")
         for source, rows in per_source().items():

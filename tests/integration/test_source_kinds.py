@@ -29,7 +29,7 @@ from m1flow import chat
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from m1flow.data import DatasetConfig, open_source
-from m1flow.data.gold import gold_response
+from m1flow.kinds import gold_response
 from m1flow.data.record import RowError, TaskRecord
 from m1flow.status import Status
 from m1flow.task_store import TaskStore
@@ -129,7 +129,7 @@ def result_verdict(result: Any) -> tuple[str, float, bool | None]:
 
 
 def test_every_kind_fed_through_the_source_is_scored_by_its_verifier_and_trained_on(tmp_path):
-    from m1flow.ops.stack import Stack
+    from ops.stack import Stack
     from svc_reward.client import LocalScorer, RewardConfig
 
     sources = write_sources(tmp_path, TaskStore.in_run_dir(tmp_path))  # the run's task store: the SWE snapshot

@@ -7,7 +7,7 @@ session to time out (20 s), so every kill -9 of reward or rollout stopped the wh
 from __future__ import annotations
 
 from m1flow.bus import Producer
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 
 from tests.integration.helpers import scored_by_group, wait_for
 from tests.integration.test_resilience import send_group

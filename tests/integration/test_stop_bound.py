@@ -14,7 +14,7 @@ import time
 import pytest
 
 from m1flow.bus import Producer
-from m1flow.ops.stack import Stack
+from ops.stack import Stack
 from m1flow.runtime.config import ServiceConfig
 from m1flow.runtime.stop_bound import EXIT_CODE, StopBound
 

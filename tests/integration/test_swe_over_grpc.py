@@ -7,7 +7,7 @@ import json
 import pytest
 
 from m1flow.contracts import events, rpc
-from m1flow.ops.launcher import launch
+from ops.launcher import launch
 from m1flow.source import swe_verifier_spec
 from m1flow.task_store import TaskStore
 from svc_reward.result import Status

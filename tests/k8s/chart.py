@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from m1flow.ops import ROOT
+from ops import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "m1flow"
 SERVICE_ENV = CHART / "files" / "service.env"

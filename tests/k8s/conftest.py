@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from m1flow.ops import ROOT
+from ops import ROOT
 from tests.k8s.kube import Kube
 
 SCRIPT = ROOT / "scripts" / "k8s_local.sh"

@@ -180,9 +180,9 @@ def test_the_server_refuses_a_cr_of_the_wrong_shape(kube):
 
 
 def m1flow_kube(kube, *args: str) -> subprocess.CompletedProcess:
-    from m1flow.ops import ROOT
+    from ops import ROOT
 
-    return subprocess.run([sys.executable, "-m", "m1flow", "kube", *args, "--namespace", NS,
+    return subprocess.run([sys.executable, "-m", "ops", "kube", *args, "--namespace", NS,
                            "--kubeconfig", str(kube.kubeconfig)], env=kube.env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 

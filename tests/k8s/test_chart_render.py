@@ -15,8 +15,8 @@ import subprocess
 import pytest
 
 from m1flow.bus.topics import ALL_TOPICS
-from m1flow.ops import ROOT
-from m1flow.ops.services import SERVICES
+from ops import ROOT
+from ops.services import SERVICES
 from m1flow.runtime.service import Service
 from tests.k8s.chart import CHART, by_kind, helm_binary, jobset_pods, objects, pod_spec, service_env, template
 
@@ -273,10 +273,10 @@ def test_the_monitor_reads_its_access_token_from_a_secret(helm, default):
 
 
 def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(helm):
-    """security.enabled: the KafkaUsers carry exactly m1flow/ops/acls.py's rows (files/acls.json is
+    """security.enabled: the KafkaUsers carry exactly ops/acls.py's rows (files/acls.json is
     what the chart reads: a stale file fails here), every Kafka client mounts its own user's Secret,
     the brokers require certificates and authorise, KEDA reads lag over TLS."""
-    from m1flow.ops.acls import strimzi_acls
+    from ops.acls import strimzi_acls
 
     docs = objects(helm, {"security.enabled": True, "security.grpc.enabled": False,  # Kafka alone here
                           "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
@@ -286,7 +286,7 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
         spec = users[f"m1flow-{name}"]["spec"]
         assert spec["authentication"] == {"type": "tls"}
         assert spec["authorization"]["acls"] == strimzi_acls(name), f"{name}: regenerate files/acls.json " \
-            "(python -m m1flow.ops.acls > deploy/helm/m1flow/files/acls.json)"
+            "(python -m ops.acls > deploy/helm/m1flow/files/acls.json)"
     assert "authorization" not in users["m1flow-admin"]["spec"]
     (kafka,) = by_kind(docs, "Kafka").values()
     assert kafka["spec"]["kafka"]["listeners"] == [{"name": "tls", "port": 9093, "type": "internal", "tls": True,

@@ -10,7 +10,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
-from m1flow.warmstart import TINY_HF
+from ops.warmstart import TINY_HF
 from svc_learner.batching import Batch
 from svc_learner.update import SequenceLogprobs
 

@@ -13,7 +13,7 @@ from m1flow.contracts import events
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.rl.shaping import ShapingConfig
 from m1flow.status import Status
-from m1flow.warmstart import WarmStartConfig, warm_started_policy
+from ops.warmstart import WarmStartConfig, warm_started_policy
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.drift import CALIBRATED_MAX, DEFAULT_LIMITS, FAILED_MAX, drift_limit, drift_warning
 from svc_learner.optim import make_optimizer

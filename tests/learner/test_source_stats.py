@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from m1flow.accounting import OTHER, BoundedLabels, SourceKindLabels, kind_of, source_of
+from m1flow.accounting import OTHER, BoundedLabels, SourceKindLabels, scored_kind, source_of
 from m1flow.contracts import events
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.rl.selection import Selected, Skipped
@@ -64,9 +64,9 @@ def test_a_source_without_verdicts_publishes_no_accuracy():
 def test_records_without_source_or_kind_use_their_task_type():
     old = group("o", [1.0, 0.0])
     old.task_type = "arith"
-    assert (source_of(old), kind_of(old)) == ("arith", "arith")
+    assert (source_of(old), scored_kind(old)) == ("arith", "arith")
     assert source_of(events.Rollout(task_type="math", source="gsm8k")) == "gsm8k"
-    assert source_of(events.ScoredGroup()) == kind_of(events.ScoredGroup()) == "?"
+    assert source_of(events.ScoredGroup()) == scored_kind(events.ScoredGroup()) == "?"
 
 
 def test_label_values_are_capped_the_rest_is_other():

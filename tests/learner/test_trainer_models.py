@@ -17,7 +17,7 @@ from m1flow.contracts import events
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.status import Status
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, build_model
+from ops.warmstart import WarmStartConfig, build_model
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.trainer import Trainer
 

@@ -16,7 +16,7 @@ from m1flow import chat, checkpoint, lm
 from m1flow.model import MiniMaxM1ForCausalLM
 from m1flow.model.remote_code import AUTO_MAP
 from m1flow.tokenizer import TokenizerConfig, build_tokenizer, tokenizer_dir
-from m1flow.warmstart import WarmStartConfig, build_model
+from ops.warmstart import WarmStartConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_large_policies_are_sharded_with_an_index(arch, tok, tmp_path):
 def test_loading_a_policy_for_inference_imports_no_trainer(tok, tmp_path):
     checkpoint.save_policy(tmp_path, build_model(tok, WarmStartConfig(arch="qwen2")), tok)
     code = ("import sys; from m1flow.checkpoint import load_policy; load_policy(sys.argv[1]); "
-            "bad = [m for m in sys.modules if m.startswith(('m1flow.warmstart', 'svc_learner', 'm1flow.tokenizer'))]; "
+            "bad = [m for m in sys.modules if m.startswith(('ops.warmstart', 'svc_learner', 'm1flow.tokenizer'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from m1flow.bus import codec
 from m1flow.contracts import events
-from m1flow.ops.control_cli import control_command, format_report, mixture_level, mixture_weight
+from ops.control_cli import control_command, format_report, mixture_level, mixture_weight
 from svc_monitor import adapters
 from svc_monitor.config import MonitorConfig
 from svc_monitor.controller import STATE_KEY, Controller

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from m1flow.bus import codec
 from m1flow.contracts import events
-from m1flow.ops.control_cli import format_report
+from ops.control_cli import format_report
 from m1flow.status import Status
 from svc_monitor import adapters
 from svc_monitor.config import MonitorConfig

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 generate = pytest.importorskip("m1flow.model.generate", reason="native engine not written yet")
 tokenizer_module = pytest.importorskip("m1flow.tokenizer", reason="native tokenizer not written yet")
-warmstart = pytest.importorskip("m1flow.warmstart", reason="tiny model builder not written yet")
+warmstart = pytest.importorskip("ops.warmstart", reason="tiny model builder not written yet")
 
 from svc_reward.genrm import (Comparer, GenRMScorer, JudgeError, NativeJudge,  # noqa: E402
                               NativeJudgeConfig)

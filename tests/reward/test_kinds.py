@@ -13,11 +13,12 @@ import pytest
 import yaml
 
 from m1flow.contracts import events
-from m1flow.rl.registry import Registry
+from m1flow.registry import Registry
 from m1flow.status import Status
 from svc_reward.client import LocalScorer, known_kinds
 from svc_reward.config import RewardConfig
-from svc_reward.kinds import KINDS, kind_of
+from m1flow.kinds import kind_of
+from svc_reward.kinds import SCORERS
 from svc_reward.scorers import ScorerRegistry
 
 
@@ -47,10 +48,10 @@ PLUGINS: Registry[str] = Registry("plugin")
 
 def test_every_kind_is_declared_and_a_replica_imports_none_before_its_first_task():
     assert known_kinds() == ("arith", "code", "genrm", "logic", "math", "rg", "swe")
-    assert kind_of(events.VerifierSpec(kind="logic:sudoku")) == "logic"
-    assert kind_of(events.VerifierSpec(kind="rg:leg_counting")) == "rg"
+    assert kind_of(events.VerifierSpec(kind="logic:sudoku").kind) == "logic"
+    assert kind_of(events.VerifierSpec(kind="rg:leg_counting").kind) == "rg"
     probe = ("import sys; from svc_reward.scorers import ScorerRegistry; r = ScorerRegistry(); "
-             "print(sorted(m for m in ('svc_reward.verifiers.logic', 'svc_reward.verifiers.rg', 'svc_reward.genrm.kind', "
+             "print(sorted(m for m in ('svc_reward.verifiers.logic', 'svc_reward.verifiers.rg', 'svc_reward.verifiers.genrm', "
              "'svc_reward.verifiers.arith') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -58,24 +59,24 @@ def test_every_kind_is_declared_and_a_replica_imports_none_before_its_first_task
 
 def test_a_new_kind_is_one_module_and_its_factory_runs_once_per_replica(tmp_path, monkeypatch):
     (tmp_path / "echo_kind_mod.py").write_text(textwrap.dedent("""
-        from svc_reward.kinds import KINDS, ResponseScorer
+        from svc_reward.kinds import SCORERS, ResponseScorer
         from svc_reward.result import ScoreResult
         MADE = []
 
-        @KINDS.register("echo")
+        @SCORERS.register("echo")
         def echo_kind(ctx):
             MADE.append(ctx.config.scoring_threads)
             return ResponseScorer(lambda response, spec: ScoreResult.scored(response == spec.gold))
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(KINDS._modules, "echo", "echo_kind_mod")
+    monkeypatch.setitem(SCORERS._modules, "echo", "echo_kind_mod")
     try:
         registry = ScorerRegistry(RewardConfig(scoring_threads=3))
         spec = events.VerifierSpec(kind="echo:variant", gold="yes")
         assert [r.correct for r in registry.score_group("", ["yes", "no", "yes"], spec)] == [True, False, True]
         assert sys.modules["echo_kind_mod"].MADE == [3]  # one factory call for the replica
     finally:
-        KINDS._items.pop("echo", None)
+        SCORERS._items.pop("echo", None)
 
 
 def test_an_unknown_kind_is_a_judge_error_naming_the_known_ones_not_a_zero():

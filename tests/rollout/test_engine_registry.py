@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from m1flow.ops.cli import parser
-from m1flow.ops.demo import DemoConfig
+from ops.cli import parser
+from ops.demo import DemoConfig
 from svc_rollout.client import ENGINE_NAMES, known_engine
 from svc_rollout.config import RolloutConfig
 from svc_rollout.engines import ENGINES, build

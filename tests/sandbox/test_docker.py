@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from m1flow.contracts import rpc, rpc_grpc
-from m1flow.ops.launcher import launch
+from ops.launcher import launch
 from m1flow.status import Status
 from svc_reward.verifiers.swe import SweTask, SweVerifier
 from svc_sandbox.api import MB, ExecRequest, Limits

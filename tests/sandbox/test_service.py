@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from m1flow.contracts import rpc, rpc_grpc
-from m1flow.ops.launcher import launch
+from ops.launcher import launch
 from m1flow.status import Status
 from svc_sandbox.api import InvalidRequest
 from svc_sandbox.backends.jail import JailBackend

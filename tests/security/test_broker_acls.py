@@ -1,5 +1,5 @@
 """The secure broker over real TLS: a client without a certificate is refused, and each service's
-principal can do what its row of the ACL table allows and nothing else (m1flow/ops/acls.py)."""
+principal can do what its row of the ACL table allows and nothing else (ops/acls.py)."""
 from __future__ import annotations
 
 import time
@@ -12,8 +12,8 @@ from m1flow.bus.admin import ensure_topics
 from m1flow.bus.clients import NotAuthorized, Settings, consumer
 from m1flow.bus.producer import Producer
 from m1flow.contracts import events
-from m1flow.kafka import Broker
-from m1flow.ops.acls import apply_acls
+from ops.kafka import Broker
+from ops.acls import apply_acls
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import CertificateAuthority
 

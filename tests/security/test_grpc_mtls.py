@@ -108,7 +108,7 @@ def test_the_probe_presents_the_services_own_identity_from_its_environment(tmp_p
     import subprocess
     import sys
 
-    from m1flow.ops import ROOT
+    from ops import ROOT
 
     own = grpc_block(tmp_path / "kafka", tmp_path / "grpc", "sandbox", grpc_allowed_peers=["reward"])
     server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, own)

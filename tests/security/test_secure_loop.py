@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from m1flow.bus import Producer
-from m1flow.ops import ROOT
-from m1flow.ops.stack import Stack
+from ops import ROOT
+from ops.stack import Stack
 from m1flow.security import config as security
-from m1flow.source import publish
+from ops.feed import publish
 from m1flow.tasks.arith import problems
 
 from tests.integration.helpers import content, policy_versions, scored_by_group, wait_for
@@ -68,7 +68,7 @@ def test_a_replay_runs_as_the_services_principal_within_its_acls(tmp_path, as_op
         wait_for(lambda: "secure-replay" in scored_by_group(stack.bootstrap), 120, "the group scored")
 
         def replay(group: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "m1flow", "--run-dir", str(tmp_path), "replay", "--topic",
+            return subprocess.run([sys.executable, "-m", "ops", "--run-dir", str(tmp_path), "replay", "--topic",
                                    "rollouts", "--from", "0", "--group", group, "--service", "reward"],
                                   capture_output=True, text=True, cwd=ROOT, timeout=300)
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from m1flow.ops.services import NAMES as SERVICES
-from m1flow.ops.stack import Stack
+from ops.services import NAMES as SERVICES
+from ops.stack import Stack
 from svc_source.config import SourceConfig
 from svc_source.service import config_digest
 
@@ -49,7 +49,7 @@ def test_a_bad_setting_stops_the_service_with_one_line_naming_it():
 def test_up_hands_the_source_its_file_with_dataset_paths_made_absolute_against_the_file(tmp_path):
     """The services run from the repository root: `m1flow up --sources` resolves a relative `path:`
     against the sources file's directory and leaves absolute paths, generators and other keys alone."""
-    from m1flow.ops.sources_file import SourcesFileError, resolved_sources
+    from ops.sources_file import SourcesFileError, resolved_sources
 
     conf = tmp_path / "conf"
     conf.mkdir()

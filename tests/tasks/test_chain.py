@@ -8,7 +8,7 @@ import pytest
 
 from m1flow.tasks.chain import noisy_solution, parse_answer, problems, reward, terms_of, write_solution
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, _key, sft_pairs
+from ops.warmstart import WarmStartConfig, _key, sft_pairs
 
 
 def test_reference_solution_works_each_step_and_ends_in_the_sum():

@@ -8,6 +8,7 @@ import pytest
 
 from m1flow.bus import codec
 from m1flow.contracts import events
+from m1flow.data.generators import logic_record
 from m1flow.tasks import logic
 from svc_reward.scorers import ScorerRegistry
 
@@ -16,8 +17,8 @@ from svc_reward.scorers import ScorerRegistry
 def test_record_gold_scores_after_the_wire(family):
     registry = ScorerRegistry()
     for index in range(3):
-        record = logic.make_record(family, seed=4, index=index, level=2)
-        assert record == logic.make_record(family, seed=4, index=index, level=2)
+        record = logic_record(family, seed=4, index=index, level=2)
+        assert record == logic_record(family, seed=4, index=index, level=2)
         assert record.verifier.kind == f"logic:{family}" and record.source == f"logic:{family}"
         assert logic.TASKS[family].check(record.verifier.spec["metadata"], record.verifier.gold) is None
         prompt = codec.decode(codec.encode(record.to_prompt(group_size=4)), events.Prompt)
@@ -27,12 +28,12 @@ def test_record_gold_scores_after_the_wire(family):
 
 
 def test_index_gives_distinct_puzzles_and_level_clamps():
-    specs = {json.dumps(logic.make_record("sudoku", 0, i).verifier.spec["metadata"]) for i in range(8)}
+    specs = {json.dumps(logic_record("sudoku", 0, i).verifier.spec["metadata"]) for i in range(8)}
     assert len(specs) == 8
-    assert logic.make_record("sudoku", 0, 0, level=9).difficulty == float(logic.TASKS["sudoku"].max_level)
-    assert logic.make_record("sudoku", 0, 0).difficulty == 1.0
+    assert logic_record("sudoku", 0, 0, level=9).difficulty == float(logic.TASKS["sudoku"].max_level)
+    assert logic_record("sudoku", 0, 0).difficulty == 1.0
 
 
 def test_unknown_family_names_close_matches():
     with pytest.raises(ValueError, match="did you mean sudoku"):
-        logic.make_record("sudokku", 0, 0)
+        logic_record("sudokku", 0, 0)

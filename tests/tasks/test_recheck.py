@@ -9,7 +9,7 @@ from m1flow.tasks import chain
 from m1flow.tasks.recheck import (RECHECK, carries, noisy_solution, parse_answer, problems, reward, took_recheck,
                                   write_recheck)
 from m1flow.tokenizer import build_tokenizer
-from m1flow.warmstart import WarmStartConfig, _key, sft_pairs
+from ops.warmstart import WarmStartConfig, _key, sft_pairs
 
 
 def test_the_quick_pass_forgets_the_carries_it_is_told_to_and_the_recheck_states_the_right_sum():

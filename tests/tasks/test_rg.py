@@ -13,6 +13,7 @@ pytest.importorskip("reasoning_gym")
 
 from m1flow.bus import codec  # noqa: E402
 from m1flow.contracts import events  # noqa: E402
+from m1flow.data.generators import rg_record  # noqa: E402
 from m1flow.tasks import rg  # noqa: E402
 from svc_reward.result import Status  # noqa: E402
 from svc_reward.scorers import ScorerRegistry  # noqa: E402
@@ -40,8 +41,8 @@ def test_gold_scores_one_after_the_whole_path(task, registry):
 
     level = 2 if has_curriculum(task) else None
     for index in (0, 7):
-        record = rg.make_record(task, seed=3, index=index, level=level)
-        assert record == rg.make_record(task, seed=3, index=index, level=level), "records are deterministic"
+        record = rg_record(task, seed=3, index=index, level=level)
+        assert record == rg_record(task, seed=3, index=index, level=level), "records are deterministic"
         assert record.verifier.kind == f"rg:{task}" and record.source == f"rg:{task}"
         assert set(record.verifier.spec) == {"task", "config", "seed", "index", "fingerprint"}
         assert record.verifier.gold, "every sampled family has a reference answer"
@@ -54,14 +55,14 @@ def test_gold_scores_one_after_the_whole_path(task, registry):
 
 
 def test_level_changes_the_config_and_the_item():
-    easy, hard = (rg.make_record("basic_arithmetic", 0, 0, level=level) for level in (1, 4))
+    easy, hard = (rg_record("basic_arithmetic", 0, 0, level=level) for level in (1, 4))
     assert easy.verifier.spec["config"] != hard.verifier.spec["config"]
     assert easy.prompt != hard.prompt and (easy.difficulty, hard.difficulty) == (1.0, 4.0)
-    assert rg.make_record("basic_arithmetic", 0, 0).verifier.spec["config"] == {}
+    assert rg_record("basic_arithmetic", 0, 0).verifier.spec["config"] == {}
 
 
 def test_partial_credit_is_kept(registry):
-    record = rg.make_record("spell_backward", 0, 0)
+    record = rg_record("spell_backward", 0, 0)
     gold = record.verifier.gold
     result = registry.score(f"<answer>{gold[:-1]}</answer>", wire(record).verifier)
     assert result.status is Status.OK and 0.0 < result.reward < 1.0 and result.correct is False
@@ -73,7 +74,7 @@ def test_partial_credit_is_kept(registry):
 
 
 def test_no_answer_tag_is_a_format_error(registry):
-    spec = wire(rg.make_record("leg_counting", 0, 0)).verifier
+    spec = wire(rg_record("leg_counting", 0, 0)).verifier
     for response in ("292", "<think><answer>292</answer></think>", ""):
         result = registry.score(response, spec)
         assert result.status is Status.FORMAT_ERROR and result.reward == 0.0 and result.usable
@@ -100,21 +101,21 @@ def test_specs_that_cannot_be_regenerated_are_judge_errors(spec, registry):
 
 def test_unknown_task_is_a_clear_error_naming_close_matches():
     with pytest.raises(ValueError, match="did you mean leg_counting"):
-        rg.make_record("leg_countng", 0, 0)
+        rg_record("leg_countng", 0, 0)
     with pytest.raises(ValueError, match="composite"):
-        rg.make_record("composite", 0, 0)
+        rg_record("composite", 0, 0)
     with pytest.raises(ValueError, match="no curriculum"):
-        rg.make_record("gsm_symbolic", 0, 0, level=2)
+        rg_record("gsm_symbolic", 0, 0, level=2)
     with pytest.raises(ValueError, match="do not exist"):
-        rg.make_record("leg_counting", 0, 0, config={"animals": 3})
+        rg_record("leg_counting", 0, 0, config={"animals": 3})
     with pytest.raises(ValueError, match="size"):
-        rg.make_record("acre", 0, 10, config={"size": 5})
+        rg_record("acre", 0, 10, config={"size": 5})
     assert len(rg.task_names()) == 105 and "composite" not in rg.task_names()
 
 
 def test_regeneration_does_not_cost_the_index(registry):
     """Item 90 000 scores as fast as item 0: the dataset is cached, items are indexed, not iterated."""
-    spec = wire(rg.make_record("leg_counting", 5, 90_000)).verifier
+    spec = wire(rg_record("leg_counting", 5, 90_000)).verifier
     gold = json.loads(spec.spec_json)
     assert gold["index"] == 90_000
     began = time.perf_counter()

@@ -29,7 +29,7 @@ class Puzzle:
     question: str
     solution: str  # one valid answer, as it would appear inside <answer></answer>
     metadata: dict[str, Any] = field(default_factory=dict)  # what the verifier checks against
-    index: int | None = None  # the item of a seeded stream (m1flow.tasks.logic.make_record); None: one per seed
+    index: int | None = None  # the item of a seeded stream (m1flow.tasks.logic.record_fields); None: one per seed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

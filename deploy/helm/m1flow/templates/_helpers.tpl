@@ -28,7 +28,7 @@ app.kubernetes.io/component: {{ .name }}
 {{- end -}}
 
 {{/*
-What the code fixes about each service (m1flow/ops/services.py; the health names are what each
+What the code fixes about each service (ops/services.py; the health names are what each
 service's register() returns, m1flow/runtime/health.py sets them and "" SERVING together; the
 consumer groups are Service.group_id's default, m1flow-<name>; the topics each consumes).
 */}}

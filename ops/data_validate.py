@@ -1,0 +1,153 @@
+"""`m1flow data validate`: every row's schema, and its gold scored through the path a rollout takes.
+
+The path: record -> Prompt (to_prompt) -> framed bytes (m1flow.bus.codec, as on Kafka) -> a Rollout
+whose response is the gold written as a policy would (m1flow.kinds.gold_response) -> framed bytes ->
+svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
+prompt, its gold or its verifier disagree, and training on it would teach noise. Code and SWE rows
+need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
+is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from m1flow.bus import codec
+from m1flow.contracts import events
+from m1flow.data.record import RowError, TaskRecord
+from m1flow.kinds import KINDS, NoGold, gold_response
+from m1flow.status import Status
+
+
+def reward_scorer(sandbox_address: str = "") -> Any:
+    """svc_reward's scoring in this process (its client's LocalScorer): what the service would write."""
+    from svc_reward.client import LocalScorer, RewardConfig
+
+    return LocalScorer(RewardConfig(sandbox_address=sandbox_address))
+
+
+@dataclass
+class Verdict:
+    """What the check of one row found: bad (error), schema-checked only (unchecked) or good."""
+    index: int
+    error: RowError | None = None
+    unchecked: str = ""
+
+
+class GoldChecker:
+    """Scores gold answers; starts the sandbox on the first code or SWE row unless given one."""
+
+    def __init__(self, sandbox: str = "", run_dir: Path | None = None,
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+        self.sandbox_address, self.run_dir, self.say = sandbox, run_dir, say
+        self._plain: Any = None
+        self._with_sandbox: Any = None
+        self._sandbox_proc: Any = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def check(self, path: str, index: int, record: TaskRecord) -> Verdict:
+        try:
+            response = gold_response(record)
+        except NoGold as why:
+            return Verdict(index, unchecked=str(why))
+        prompt = codec.decode(codec.encode(record.to_prompt(group_size=1, run_id="validate")), events.Prompt)
+        rollout_id = codec.new_id()
+        rollout = events.Rollout(
+            header=codec.header("validate", run_id="validate", group_id=prompt.prompt_id, rollout_id=rollout_id),
+            rollout_id=rollout_id, group_id=prompt.prompt_id, prompt_id=prompt.prompt_id, index=0, group_size=1,
+            task_type=prompt.task_type, prompt_text=prompt.text, response_text=response,
+            finish_reason=events.FINISH_REASON_STOP, verifier=prompt.verifier, source=prompt.source,
+            domain=prompt.domain)
+        rollout = codec.decode(codec.encode(rollout), events.Rollout)
+        result = self._scorer(record.verifier.family).score_group(rollout.prompt_text, [rollout.response_text],
+                                                                 rollout.verifier)[0]
+        if result.status is Status.OK and result.reward >= 1.0 - 1e-6 and result.correct is not False:
+            return Verdict(index)
+        why = f"the gold scores {result.reward:g}, not 1 ({Status(result.status).name}: {result.detail})"
+        return Verdict(index, RowError(path, index, KINDS.get(record.verifier.family).gold_field, why))
+
+    def prepare(self, record: TaskRecord) -> None:
+        """Build the scorer a record needs (and start the sandbox) here, in the calling thread: the
+        tethered sandbox dies with the thread that started it, so that must be the main one."""
+        self._scorer(record.verifier.family)
+
+    def _scorer(self, family: str) -> Any:
+        if not KINDS.get(family).sandbox:
+            if self._plain is None:
+                self._plain = reward_scorer()
+            return self._plain
+        if self._with_sandbox is None:
+            self._with_sandbox = reward_scorer(self.sandbox_address or self._start_sandbox())
+        return self._with_sandbox
+
+    def _start_sandbox(self) -> str:
+        from ops.launcher import ServiceProcess
+
+        if self.run_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="m1flow-validate-")
+            self.run_dir = Path(self._tmp.name)
+        self.say("validate: code/swe rows: starting a local sandbox ...")
+        self._sandbox_proc = ServiceProcess(
+            "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0"],
+            entry=[sys.executable, "-m", "ops.tethered", str(os.getpid()), "svc_sandbox"]).start()
+        return self._sandbox_proc.wait_ready(120).grpc_address
+
+    def close(self) -> None:
+        for scorer in (self._plain, self._with_sandbox):
+            if scorer is not None:
+                scorer.close()
+        if self._sandbox_proc is not None:
+            self._sandbox_proc.stop(10)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def check_rows(checker: GoldChecker, path: str, rows: Iterable[tuple[int, TaskRecord | RowError]],
+               jobs: int = 2) -> Iterator[Verdict]:
+    """Verdicts in row order, `jobs` gold checks at once, a bounded window in flight."""
+    with ThreadPoolExecutor(max(jobs, 1)) as pool:
+        window: deque[Future[Verdict] | Verdict] = deque()
+        for index, item in rows:
+            if not isinstance(item, RowError):
+                checker.prepare(item)
+            window.append(Verdict(index, item) if isinstance(item, RowError)
+                          else pool.submit(checker.check, path, index, item))
+            while len(window) > 4 * jobs:
+                yield _done(window.popleft())
+        while window:
+            yield _done(window.popleft())
+
+
+def _done(item: Future[Verdict] | Verdict) -> Verdict:
+    return item.result() if isinstance(item, Future) else item
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    rows: int = 0
+    good: int = 0
+    bad: int = 0
+    unchecked: Counter[str] = field(default_factory=Counter)
+
+    def add(self, verdict: Verdict) -> None:
+        self.rows += 1
+        if verdict.error is not None:
+            self.bad += 1
+        elif verdict.unchecked:
+            self.unchecked[verdict.unchecked] += 1
+        else:
+            self.good += 1
+
+    def line(self) -> str:
+        only = sum(self.unchecked.values())
+        reasons = "; ".join(f"{why}: {n}" for why, n in self.unchecked.most_common())
+        return (f"validate: {self.rows} rows in {self.files} file(s): {self.good} good, {self.bad} bad, "
+                f"{only} schema-checked only" + (f" ({reasons})" if reasons else ""))

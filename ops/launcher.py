@@ -1,0 +1,111 @@
+"""Start services as local processes and wait until they are ready (readiness file + gRPC health).
+
+Used by `m1flow up`, the demo and the integration tests, so all three run the real entry points.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ops import ROOT
+from ops.services import service
+from m1flow.runtime import health
+from m1flow.runtime.service import ready_file
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    replica: int
+    run_dir: Path
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    entry: list[str] = field(default_factory=list)  # e.g. torchrun's; default: python -m <its module>
+    proc: subprocess.Popen | None = None
+    launched_at: float = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "logs" / f"{self.name}-{self.replica}.log"
+
+    def start(self) -> "ServiceProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
+        self.launched_at = time.time()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def command(self) -> list[str]:
+        entry = self.entry or [sys.executable, "-m", service(self.name).module]
+        return [*entry, "--run-dir", str(self.run_dir), "--replica", str(self.replica), *self.args]
+
+    def info(self) -> dict:
+        """The readiness file's contents; {} before the service is ready or once it removed the file
+        on its way out (which can happen between any two looks: the chaos run's SIGTERM of `m1flow up`
+        once failed with FileNotFoundError from an exists() then read_text())."""
+        try:
+            return json.loads(ready_file(self.run_dir, self.name, self.replica).read_text())
+        except FileNotFoundError:
+            return {}
+
+    @property
+    def grpc_address(self) -> str:
+        return self.info().get("grpc", "")
+
+    def wait_ready(self, timeout: float = 180.0) -> "ServiceProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name}-{self.replica} exited with {self.proc.returncode}:\n{self.tail()}")
+            info = self.info()
+            if info.get("started", 0) >= self.launched_at and health.check(info["grpc"]) == "SERVING":
+                return self
+            time.sleep(0.3)
+        raise TimeoutError(f"{self.name}-{self.replica} not ready after {timeout:.0f}s:\n{self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (graceful: finish, commit, close), SIGKILL if it does not exit in time."""
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.kill(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            return self.proc.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def torchrun(name: str, nproc: int) -> list[str]:
+    """The entry of a service run data-parallel on `nproc` local processes."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", service(name).module]
+
+
+def launch(name: str, run_dir: Path, bootstrap: str, args: list[str] | None = None, replica: int = 0,
+           run_id: str = "local", wait: bool = True, env: dict[str, str] | None = None,
+           entry: list[str] | None = None) -> ServiceProcess:
+    proc = ServiceProcess(name, replica, Path(run_dir),
+                          ["--bootstrap", bootstrap, "--run-id", run_id, *(args or [])], env or {}, entry or [])
+    proc.start()
+    return proc.wait_ready() if wait else proc

@@ -1,0 +1,56 @@
+"""The prompt source's settings file as `m1flow up --sources FILE` hands it to svc_source.
+
+Why a copy: the services run from the repository root (ops/launcher.py), so a dataset path
+written relative in the user's file would be looked up there, not beside the file. Each relative
+`path:` is made absolute against the file's own directory (as docker compose reads its paths), and
+svc_source reads that copy from the run directory; everything else is passed on as written.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class SourcesFileError(ValueError):
+    """A sources file that cannot be read or is not a mapping; the message names the file."""
+
+
+def load_settings(path: Path) -> dict[str, Any]:
+    """The file's settings (YAML, or JSON for a .json name)."""
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SourcesFileError(f"--sources {path}: cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise SourcesFileError(f"--sources {path}: svc_source settings are a mapping with a `sources:` list, "
+                               f"got {type(data).__name__}")
+    return data
+
+
+def with_absolute_paths(settings: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The settings with every relative dataset `path` joined to `base` (generators untouched)."""
+    sources = settings.get("sources")
+    entries = [sources] if isinstance(sources, dict) else sources
+    if not isinstance(entries, list):
+        return settings  # svc_source names what is wrong with it
+    resolved = []
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
+            path = Path(entry["path"]).expanduser()
+            entry = {**entry, "path": str(path if path.is_absolute() else (base / path).resolve())}
+        resolved.append(entry)
+    return {**settings, "sources": resolved}
+
+
+def resolved_sources(path: str | Path, run_dir: str | Path) -> Path:
+    """Write the settings of `path`, paths made absolute, to run_dir/sources.resolved.json; return that file."""
+    path = Path(path).expanduser().resolve()
+    settings = with_absolute_paths(load_settings(path), path.parent)
+    out = Path(run_dir).resolve() / "sources.resolved.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(settings, indent=1))
+    return out
