@@ -42,9 +42,10 @@ DEMO_SOURCES = [
     DatasetConfig(generator="logic:boolean_expressions", weight=0.2, level=1, size=20_000, seed=1),
 ]
 # The monitor's curriculum for the demo: the two arithmetic families first; when arithmetic's
-# accuracy stops improving (a gain under 0.05 for two windows of 48 groups) the logic family comes in
-# at 0.1 and ramps to 0.3. Each step is a set_mixture on `control` with its evidence, which svc_source
-# applies at its next draw (the summary lists them).
+# accuracy is shown to have stopped improving (the upper 95% confidence bound of its gain per window,
+# the slope over its last 3 windows of 48 groups, under 0.05; a run not learning yet is on a plateau
+# too) the logic family comes in at 0.1 and ramps to 0.3. Each step is a set_mixture on `control`
+# with its evidence, which svc_source applies at its next draw (the summary lists them).
 DEMO_CURRICULUM = {
     "window_groups": 48, "min_judged": 24,
     "stages": [

@@ -9,10 +9,19 @@ spends hours waiting on it.
 Signals are computed per window of scored groups (`CurriculumConfig.window_groups`, arrival order):
 * `accuracy` of a source: correct verdicts among its judged samples in the window (a source with
   fewer than `min_judged` verdicts in a window has no value there);
-* `accuracy_gain` of a source: its accuracy minus its accuracy in the previous window it had one,
-  in this stage and at this level. A plateau is `accuracy_gain below T for N windows`: the
-  improvement between consecutive windows stayed under T, N times in a row;
+* `accuracy_gain` of a source: how much its accuracy rises per window, measured with its sampling
+  error (svc_monitor/rules/trend.py): the least-squares slope of its accuracy over its last
+  `windows` + 1 windows in this stage and at this level (`windows` window-to-window gains; 1: the
+  gain over the previous window), with a standard error from the windows' own (counted over
+  groups, whose samples are correlated). A condition on it compares a one-sided confidence bound,
+  not the estimate: `below T` holds when the upper bound at `confidence` (default 0.95) is under
+  T, `above T` when the lower bound is over it. A plateau is `accuracy_gain below T for N windows`:
+  over the last N windows, accuracy is shown to rise by less than T per window; when it truly rises
+  by T or more, that is concluded on a given window with a chance of at most 1 - confidence;
 * `stage_windows`: windows evaluated in the stage, this one included.
+A gain signal is a trend over a series of estimates (`SignalSpec.series`); another series (held-out
+pass@1 per set, from an evaluation stage) plugs in by registering a signal with its series name
+and passing its estimates to `CurriculumRule.evaluate(extra=...)`.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, model_validator
 
 from m1flow.registry import Registry
+from svc_monitor.rules.trend import Gain
 
 
 @dataclass
@@ -30,27 +40,35 @@ class WindowFacts:
     """What one window says, as the signals read it."""
 
     accuracy: dict[str, float] = field(default_factory=dict)  # source -> accuracy (enough verdicts only)
-    gain: dict[str, float] = field(default_factory=dict)  # source -> accuracy gain over its previous window
     stage_windows: int = 0
 
 
 @dataclass(frozen=True)
 class SignalSpec:
     """A signal a condition may test: its range (thresholds outside it can never be crossed) and
-    how a window gives its value (None: no evidence in this window)."""
+    how a window gives its value (None: no evidence in this window). A gain signal instead names the
+    `series` of estimates it is the trend of (the rule keeps their history and tests a confidence
+    bound of the trend, svc_monitor/rules/trend.py)."""
 
     low: float
     high: float
     per_source: bool
-    value: Callable[[WindowFacts, str], float | None]
+    value: Callable[[WindowFacts, str], float | None] | None
     what: str
+    series: str = ""
+
+    @property
+    def is_gain(self) -> bool:
+        return bool(self.series)
 
 
 SIGNALS: Registry[SignalSpec] = Registry("curriculum signal")
 SIGNALS.add("accuracy", SignalSpec(0.0, 1.0, True, lambda w, s: w.accuracy.get(s),
                                    "correct among the source's judged samples in the window"))
-SIGNALS.add("accuracy_gain", SignalSpec(-1.0, 1.0, True, lambda w, s: w.gain.get(s),
-                                        "the source's accuracy minus the previous window's (same stage and level)"))
+SIGNALS.add("accuracy_gain", SignalSpec(-1.0, 1.0, True, None,
+                                        "the slope of the source's accuracy per window over its last `windows` + 1 "
+                                        "windows (same stage and level), tested by its confidence bound",
+                                        series="accuracy"))
 SIGNALS.add("stage_windows", SignalSpec(0.0, math.inf, False, lambda w, _s: float(w.stage_windows),
                                         "windows evaluated in the stage, this one included"))
 
@@ -65,13 +83,19 @@ def _weights_ok(weights: dict[str, float], what: str, some_positive: bool = True
 
 class Condition(BaseModel):
     """`signal` above and/or below thresholds (strictly) for `windows` windows in a row; a
-    per-source signal must hold for every source named (default: every source the stage weights)."""
+    per-source signal must hold for every source named (default: every source the stage weights).
+    On a gain signal, `windows` is the span of the trend (its last `windows` gains) and the
+    thresholds are compared with its confidence bounds at `confidence` (module docstring)."""
 
     signal: str = Field(description="a curriculum signal: accuracy, accuracy_gain, stage_windows")
     sources: list[str] = Field([], description="sources it is tested on (per-source signals)")
-    above: float | None = Field(None, description="holds while the value is above this")
-    below: float | None = Field(None, description="holds while the value is below this")
-    windows: int = Field(1, ge=1, description="windows in a row it must hold (per source)")
+    above: float | None = Field(None, description="holds while the value (a gain: its lower bound) is above this")
+    below: float | None = Field(None, description="holds while the value (a gain: its upper bound) is below this")
+    windows: int = Field(1, ge=1, description="windows in a row it must hold (per source); a gain: the gains "
+                                              "its trend spans")
+    confidence: float = Field(0.95, ge=0.5, lt=1.0, description="gain signals: the one-sided confidence of the "
+                                                                "bound compared with the thresholds (0.5: the "
+                                                                "estimate itself)")
 
     @model_validator(mode="after")
     def _satisfiable(self) -> Condition:
@@ -87,10 +111,18 @@ class Condition(BaseModel):
             raise ValueError(f"{where}: above {self.above} and below {self.below} can never hold together")
         if self.sources and not spec.per_source:
             raise ValueError(f"{where}: the signal is not per source, drop `sources`")
+        if "confidence" in self.model_fields_set and not spec.is_gain:
+            raise ValueError(f"{where}: `confidence` applies to gain signals "
+                             f"({', '.join(n for n in SIGNALS.names() if SIGNALS.get(n).is_gain)}), drop it")
         return self
 
     def holds(self, value: float) -> bool:
         return (self.above is None or value > self.above) and (self.below is None or value < self.below)
+
+    def holds_for(self, gain: Gain) -> bool:
+        """A gain signal: its lower bound above `above` and its upper bound below `below`."""
+        return ((self.above is None or gain.lower(self.confidence) > self.above)
+                and (self.below is None or gain.upper(self.confidence) < self.below))
 
     def thresholds(self, key: str) -> dict[str, float]:
         """For the evidence: `key>` and `key<` the thresholds the value was compared with."""

@@ -2,16 +2,26 @@
 GenRM-judged general ones at weights that change as training goes), over windows of scored groups.
 
 Per window (`window_groups` groups in arrival order): each source's accuracy (verdicts only, at
-least `min_judged` of them) and its gain over the source's previous window. Then, in order:
+least `min_judged` of them) with its standard error over groups, and its gain: the slope of its
+accuracy over its last windows in this stage and at this level, with a standard error
+(svc_monitor/rules/trend.py). Then, in order:
 * the stage's exit (`until`): every condition held for its `windows` windows in a row (a source
-  without enough verdicts in a window leaves its count as it was) -> the next stage starts: its
-  weights (and levels) are set, `set_mixture` with the evidence, rule `curriculum_stage`;
+  without enough verdicts in a window leaves its count as it was); a condition on a gain holds when
+  the gain's confidence bound is past the threshold, the trend spanning its `windows` gains (a
+  plateau, `accuracy_gain below T for N windows`: the upper bound of the slope over the last N+1
+  windows is under T, so a real gain of T or more per window triggers it on a given window with a
+  chance of at most 1 - `confidence`) -> the next stage starts: its weights (and levels) are set,
+  `set_mixture` with the evidence (the gain, its standard error, the bound, the samples behind it),
+  rule `curriculum_stage`;
 * otherwise the stage's ramp, one step per window: weights moved linearly from those in force at
   the stage's start to the ramp's, `curriculum_ramp`;
 * each level rule: accuracy above the band for `consecutive` windows moves the source up a
   level, below moves it down (`curriculum_level`); the source's next `cooldown_windows` windows
   are ignored everywhere (prompts of the old level still in flight), and its plateau evidence
   starts again (a harder level lowers accuracy, which is not a plateau).
+Other series of estimates (held-out pass@1 per set, from an evaluation stage) come in through
+`evaluate(extra=...)`: a gain signal registered on that series (`SignalSpec.series`) is then decided
+the same way; they are kept per stage, not per level.
 Every command carries the whole mixture in force (weights, levels, stage), so the last one on
 `control` says it all. A window the monitor reads while catching up on old history (`act` False)
 is recorded as signals and moves nothing. A person's set_mixture (`mixture_set`) becomes the
@@ -21,11 +31,14 @@ weights.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from svc_monitor.outcome import Command, Evidence, Outcome, Signal
-from svc_monitor.schedule import SIGNALS, CurriculumConfig, LevelRule, Stage, WindowFacts
+from svc_monitor.rules.trend import Estimate, Gain, trend
+from svc_monitor.schedule import SIGNALS, Condition, CurriculumConfig, LevelRule, Stage, WindowFacts
 from svc_monitor.schema import GroupRow
 
 log = logging.getLogger(__name__)
@@ -34,16 +47,25 @@ RULE_STAGE = "curriculum_stage"
 RULE_RAMP = "curriculum_ramp"
 RULE_LEVEL = "curriculum_level"
 DIGITS = 6  # weights are rounded so the ramp's steps read as they were meant (0.4, not 0.40000000000000002)
+ACCURACY = "accuracy"  # the series of the window's accuracy per source
+
+
+def window_estimates(rows: list[GroupRow], min_judged: int) -> dict[str, Estimate]:
+    """Source -> correct / judged over the window's groups with its standard error over groups
+    (`Estimate.from_groups`), for sources with `min_judged` verdicts."""
+    counts: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    judged: dict[str, int] = defaultdict(int)
+    for row in rows:
+        source, n = row.source, row.judged
+        counts[source].append((row.correct, n))
+        judged[source] += n
+    # min_judged >= 1: from_groups has verdicts, never None
+    return {s: Estimate.from_groups(c) for s, c in counts.items() if judged[s] >= min_judged}
 
 
 def window_accuracy(rows: list[GroupRow], min_judged: int) -> dict[str, float]:
     """Source -> correct / judged over the window's groups, for sources with `min_judged` verdicts."""
-    correct: dict[str, int] = defaultdict(int)
-    judged: dict[str, int] = defaultdict(int)
-    for row in rows:
-        correct[row.source] += row.correct
-        judged[row.source] += row.judged
-    return {s: correct[s] / judged[s] for s in judged if judged[s] >= min_judged}
+    return {s: e.value for s, e in window_estimates(rows, min_judged).items()}
 
 
 @dataclass
@@ -56,7 +78,10 @@ class CurriculumState:
     weights: dict[str, float] = field(default_factory=dict)  # in force: the last set_mixture's
     levels: dict[str, int] = field(default_factory=dict)
     ramp_from: dict[str, float] = field(default_factory=dict)  # weights the ramp starts from
-    accuracy: dict[str, float] = field(default_factory=dict)  # previous window's, this stage and level
+    accuracy: dict[str, float] = field(default_factory=dict)  # the last window's, this stage and level
+    # series -> source -> its last points in this stage ([window, estimate, se, n, groups, df (0: inf)],
+    # oldest first; the accuracy's also at this level): what the gains are fitted on
+    history: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
     streaks: dict[str, int] = field(default_factory=dict)  # "<condition>/<source>" -> windows in a row held
     level_streaks: dict[str, int] = field(default_factory=dict)  # source -> +n windows above band, -n below
     cooldown: dict[str, int] = field(default_factory=dict)  # source -> its windows still ignored
@@ -67,6 +92,13 @@ class CurriculumRule:
         self.cfg = cfg
         self.state = CurriculumState(**(state or {}))
         self.rules: dict[str, LevelRule] = {r.source: r for r in cfg.levels}
+        # points kept per series: the longest trend a condition fits (the gain signal is that one)
+        self.spans: dict[str, int] = {ACCURACY: 2}
+        for stage in cfg.stages:
+            for c in stage.until:
+                spec = SIGNALS.get(c.signal)
+                if spec.is_gain:
+                    self.spans[spec.series] = max(self.spans.get(spec.series, 2), c.windows + 1)
 
     def snapshot(self) -> dict:
         return asdict(self.state)
@@ -103,7 +135,7 @@ class CurriculumRule:
     def _enter(self, index: int) -> None:
         s, stage = self.state, self.cfg.stages[index]
         s.stage, s.stage_windows, s.ramp_windows = index, 0, 0
-        s.streaks, s.accuracy = {}, {}
+        s.streaks, s.accuracy, s.history = {}, {}, {}
         s.weights.update(stage.weights)
         s.ramp_from = dict(s.weights)
         for source, level in stage.levels.items():
@@ -117,6 +149,7 @@ class CurriculumRule:
         s.levels[source] = level
         s.level_streaks[source] = 0
         s.accuracy.pop(source, None)  # plateau evidence starts again at the new level
+        s.history.get(ACCURACY, {}).pop(source, None)
         s.streaks = {k: v for k, v in s.streaks.items() if k.split("/", 1)[1] != source}
 
     def mixture_set(self, weights: dict[str, float], levels: dict[str, int], stage: str) -> None:
@@ -130,41 +163,74 @@ class CurriculumRule:
             log.warning("set_mixture names stage %r, which the schedule does not have; staying in %r",
                         stage, self.stage_name)
         if index is not None and index != s.stage:
-            s.stage, s.stage_windows, s.streaks, s.accuracy = index, 0, {}, {}
+            s.stage, s.stage_windows, s.streaks, s.accuracy, s.history = index, 0, {}, {}, {}
         if weights or index is not None:
             s.ramp_from, s.ramp_windows = dict(s.weights), 0
 
     # ------------------------------------------------------------------ windows
-    def evaluate(self, rows: list[GroupRow], act: bool = True) -> Outcome:
-        """One closed window of scored groups; `act` False: record signals, move nothing."""
+    def evaluate(self, rows: list[GroupRow], act: bool = True,
+                 extra: Mapping[str, Mapping[str, Estimate]] | None = None) -> Outcome:
+        """One closed window of scored groups; `act` False: record signals, move nothing. `extra`:
+        other series measured for this window (series -> subject -> estimate; e.g. held-out pass@1
+        per set), for gain signals registered on them."""
         s, cfg = self.state, self.cfg
         versions = [r.policy_version for r in rows]
         lo, hi = min(versions), max(versions)
-        measured = window_accuracy(rows, cfg.min_judged)
-        gains = {src: a - s.accuracy[src] for src, a in measured.items() if src in s.accuracy}
-        out = Outcome(signals=[Signal("curriculum/accuracy", a, lo, hi, subject=src) for src, a in measured.items()]
-                      + [Signal("curriculum/accuracy_gain", g, lo, hi, subject=src) for src, g in gains.items()])
-        if not (act and cfg.enabled and s.started):
+        measured = window_estimates(rows, cfg.min_judged)
+        x = float(s.windows)  # the trend's abscissa: windows evaluated since the start
+        span = self.spans[ACCURACY]
+        fresh = act and cfg.enabled and s.started
+        usable: dict[str, Estimate] = {}
+        if fresh:
+            for src, e in measured.items():
+                if s.cooldown.get(src, 0) > 0:
+                    s.cooldown[src] -= 1
+                else:
+                    usable[src] = e
+            for series, estimates in {**(extra or {}), ACCURACY: usable}.items():
+                for src, e in estimates.items():
+                    self._record(series, src, x, e)
+            gains = {src: self._gain(ACCURACY, src, span - 1) for src in usable}
+        else:  # what the gain would be with this window; nothing is kept
+            gains = {src: trend([*self._points(ACCURACY, src)[-(span - 1):], (x, e)]) for src, e in measured.items()}
+        gains = {src: g for src, g in gains.items() if g is not None}
+        out = Outcome(signals=[Signal("curriculum/accuracy", e.value, lo, hi, subject=src)
+                               for src, e in measured.items()]
+                      + [Signal("curriculum/accuracy_gain", g.value, lo, hi, subject=src) for src, g in gains.items()])
+        if not fresh:
             return out
-        usable = {}
-        for src, a in measured.items():
-            if s.cooldown.get(src, 0) > 0:
-                s.cooldown[src] -= 1
-            else:
-                usable[src] = a
-        facts = WindowFacts(accuracy=usable, gain={k: v for k, v in gains.items() if k in usable},
-                            stage_windows=s.stage_windows + 1)
-        s.accuracy.update(usable)
+        facts = WindowFacts(accuracy={src: e.value for src, e in usable.items()}, stage_windows=s.stage_windows + 1)
+        s.accuracy.update(facts.accuracy)
         s.windows += 1
         s.stage_windows += 1
         observed = {**{f"accuracy[{k}]": v for k, v in facts.accuracy.items()},
-                    **{f"accuracy_gain[{k}]": v for k, v in facts.gain.items()}}
+                    **{f"accuracy_gain[{k}]": g.value for k, g in gains.items()}}
         advanced = self._advance(facts, observed, lo, hi, out)
         if not advanced:
             self._ramp(observed, lo, hi, out)
         self._levels(facts, lo, hi, out)
         out.signals.append(Signal("curriculum/stage", float(s.stage), lo, hi))
         return out
+
+    def _record(self, series: str, source: str, x: float, e: Estimate) -> None:
+        points = self.state.history.setdefault(series, {}).setdefault(source, [])
+        points.append([x, e.value, e.se, float(e.n), float(e.groups), e.df if math.isfinite(e.df) else 0.0])
+        del points[:-self.spans.get(series, 2)]
+
+    def _points(self, series: str, source: str) -> list[tuple[float, Estimate]]:
+        return [(p[0], Estimate(p[1], p[2], int(p[3]), int(p[4]), p[5] or math.inf))
+                for p in self.state.history.get(series, {}).get(source, [])]
+
+    def _gain(self, series: str, source: str, windows: int) -> Gain | None:
+        """The trend of the source's series over its last `windows` gains (fewer while it has fewer)."""
+        return trend(self._points(series, source)[-(windows + 1):])
+
+    @staticmethod
+    def _gain_evidence(name: str, condition: Condition, gain: Gain) -> dict[str, float]:
+        """The gain, its standard error, the bound(s) compared and the samples behind it."""
+        return {name: gain.value, f"{name} se": gain.se, f"{name} n": float(gain.n),
+                **({f"{name} upper": gain.upper(condition.confidence)} if condition.below is not None else {}),
+                **({f"{name} lower": gain.lower(condition.confidence)} if condition.above is not None else {})}
 
     def _advance(self, facts: WindowFacts, observed: dict[str, float], lo: int, hi: int, out: Outcome) -> bool:
         s, stage = self.state, self.stage
@@ -175,10 +241,17 @@ class CurriculumRule:
             spec = SIGNALS.get(condition.signal)
             for source in condition.sources if spec.per_source else [""]:
                 key, name = f"{i}/{source}", f"{condition.signal}[{source}]" if source else condition.signal
-                value = spec.value(facts, source)
-                if value is not None:
-                    s.streaks[key] = s.streaks.get(key, 0) + 1 if condition.holds(value) else 0
-                    signals[name] = value
+                if spec.is_gain:  # the count: the gains its trend spans while its bound is past the threshold
+                    gain = self._gain(spec.series, source, condition.windows)
+                    s.streaks[key] = gain.windows if gain is not None and condition.holds_for(gain) else 0
+                    if gain is not None:
+                        signals.update(self._gain_evidence(name, condition, gain))
+                    thresholds[f"{name} confidence"] = condition.confidence
+                else:
+                    value = spec.value(facts, source)
+                    if value is not None:
+                        s.streaks[key] = s.streaks.get(key, 0) + 1 if condition.holds(value) else 0
+                        signals[name] = value
                 signals[f"{name} windows"] = float(s.streaks.get(key, 0))
                 thresholds.update(condition.thresholds(name))
                 thresholds[f"{name} windows"] = float(condition.windows)
@@ -200,7 +273,8 @@ class CurriculumRule:
             bounds = " and ".join([*([f"above {c.above:g}"] if c.above is not None else []),
                                    *([f"below {c.below:g}"] if c.below is not None else [])])
             on = f" of {', '.join(c.sources)}" if c.sources else ""
-            parts.append(f"{c.signal}{on} {bounds} for {c.windows} window(s)")
+            sure = f" at {c.confidence:.0%} confidence" if SIGNALS.get(c.signal).is_gain else ""
+            parts.append(f"{c.signal}{on} {bounds} for {c.windows} window(s){sure}")
         return "; ".join(parts)
 
     def _ramp(self, observed: dict[str, float], lo: int, hi: int, out: Outcome) -> None:

@@ -18,7 +18,10 @@ from svc_monitor.client import report
 
 from tests.integration.helpers import records, wait_for
 
-SIZE = 8  # samples per group; two groups per source per window: 16 verdicts each
+# Samples per group; two groups per source per window: 2048 verdicts each, so that a flat accuracy is
+# known to +-0.011 and the plateau rule (the upper 95% bound of the slope over 3 windows below 0.02)
+# can tell it from noise: with 16 verdicts a window it rightly never would (tests/monitor/test_curriculum.py).
+SIZE = 1024
 CURRICULUM = {
     "window_groups": 4, "min_judged": 16,
     "stages": [{"name": "reasoning", "weights": {"arith": 1, "rg:basic_arithmetic": 1, "chat": 0},
@@ -61,9 +64,10 @@ class Scorer:
         return g
 
     def window(self, arith: int, rg: int) -> None:
-        """One window: two groups per source with `arith` / `rg` correct of 8 each; waits until evaluated."""
-        for source, correct in (("arith", arith), ("rg:basic_arithmetic", rg)) * 2:
-            msg = self.group(source, correct, version=self.windows)
+        """One window: two groups per source with `arith` / `rg` eighths of their samples correct;
+        waits until evaluated."""
+        for source, eighths in (("arith", arith), ("rg:basic_arithmetic", rg)) * 2:
+            msg = self.group(source, eighths * SIZE // 8, version=self.windows)
             self.producer.send(SCORED, msg.group_id, msg)
         self.producer.flush()
         self.windows += 1

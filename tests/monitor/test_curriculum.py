@@ -1,7 +1,9 @@
-"""The curriculum on hand-made windows of scored groups: a stage ends on a plateau (and not before),
-a ramp moves weights one step per window, levels follow accuracy with hysteresis and cool-down,
-schedules that could never advance are refused at load, a person's mixture is the one in force,
-and a restarted controller continues where the saved state left it."""
+"""The curriculum on hand-made windows of scored groups: a stage ends on a plateau (and not before,
+nor on one that the window's verdicts are too few to tell from noise), a ramp moves weights one step
+per window, levels follow accuracy with hysteresis and cool-down, schedules that could never advance
+are refused at load, a person's mixture is the one in force, and a restarted controller continues
+where the saved state left it. The plateau rule against sampling noise, by simulation:
+test_plateau_simulation.py."""
 from __future__ import annotations
 
 import pytest
@@ -15,8 +17,10 @@ from svc_monitor.config import MonitorConfig
 from svc_monitor.controller import STATE_KEY, Controller
 from svc_monitor.dashboard.figures import Figures
 from svc_monitor.report import build_report
-from svc_monitor.rules.curriculum import RULE_LEVEL, RULE_RAMP, RULE_STAGE, CurriculumRule, window_accuracy
-from svc_monitor.schedule import CurriculumConfig
+from svc_monitor.rules.curriculum import (RULE_LEVEL, RULE_RAMP, RULE_STAGE, CurriculumRule, window_accuracy,
+                                          window_estimates)
+from svc_monitor.rules.trend import Estimate, t_score
+from svc_monitor.schedule import SIGNALS, CurriculumConfig, SignalSpec
 from svc_monitor.schema import GroupRow
 from svc_monitor.store import Batch, Store, now_ms
 
@@ -31,16 +35,46 @@ def schedule(**extra) -> CurriculumConfig:
                                             **extra})
 
 
-def window(accuracy: dict[str, float], version: int = 0, judged: int = 100) -> list[GroupRow]:
-    """One window: per source, one group of `judged` verdicts with that accuracy."""
+def window(accuracy: dict[str, float], version: int = 0, judged: int = 10_000) -> list[GroupRow]:
+    """One window: per source, one group of `judged` verdicts with that accuracy. So many by default
+    that the accuracy is known to +-0.005: these tests read the schedule's logic, the plateau rule's
+    statistics have their own (test_plateau_simulation.py and below)."""
     return [GroupRow(group_id=f"{s}-{version}", policy_version=version, samples=judged, reward_sum=0.0,
                      correct=round(a * judged), judged=judged, length_sum=0, kind="k", source=s, ts_ms=now_ms())
             for s, a in accuracy.items()]
 
 
 def test_accuracy_per_window_counts_verdicts_and_needs_enough_of_them():
-    rows = window({"arith": 0.5}) + window({"arith": 1.0}, version=1) + window({"chat": 1.0}, judged=3)
+    rows = window({"arith": 0.5}, judged=100) + window({"arith": 1.0}, version=1, judged=100) \
+        + window({"chat": 1.0}, judged=3)
     assert window_accuracy(rows, min_judged=4) == {"arith": 0.75}  # chat: 3 verdicts, too few
+    (arith,) = window_estimates(rows, min_judged=4).values()
+    assert (arith.n, arith.groups, arith.df) == (200, 2, 1)  # two groups of 100: the groups' spread rules
+    assert arith.se == pytest.approx(0.25)  # sqrt(2/1 * (25^2 + 25^2)) / 200: two prompts, either 0.5 or 1
+
+
+def test_a_windows_standard_error_counts_groups_not_samples():
+    alike = Estimate.from_groups([(4, 8)] * 30)  # every prompt half solved: binomial (smoothed) at most
+    assert alike.value == 0.5 and alike.se == pytest.approx((0.5 * 0.5 / 240) ** 0.5, rel=1e-3)
+    assert alike.df == float("inf")  # the binomial floor: taken as known
+    split = Estimate.from_groups([(8, 8), (0, 8)] * 15)  # same accuracy, but each prompt all or nothing
+    assert split.value == 0.5 and split.se == pytest.approx((30 / 29 * 30 * 16 / 240 ** 2) ** 0.5)
+    assert split.se / alike.se == pytest.approx(8 ** 0.5, rel=0.03)  # the design effect 1 + (G-1)*ICC at ICC 1
+    assert split.df == 29
+    none = Estimate.from_groups([(0, 8)] * 30)  # nothing solved is not known exactly
+    assert none.value == 0 and none.se == pytest.approx((1 / 242 * 241 / 242 / 240) ** 0.5)  # (0+1)/(240+2)
+    assert Estimate.from_groups([(0, 0)]) is None
+    heldout = Estimate.from_counts(60, 200, design_effect=1.5)  # the seam for held-out pass@1 per set
+    assert heldout.value == 0.3 and heldout.se == pytest.approx((61 / 202 * 141 / 202 / 200 * 1.5) ** 0.5)
+    with pytest.raises(ValueError):
+        Estimate.from_counts(1, 0)
+
+
+def test_the_one_sided_quantile_is_students_t():
+    exact = {1: 6.314, 2: 2.920, 3: 2.353, 5: 2.015, 10: 1.812, 30: 1.697, float("inf"): 1.645}
+    for df, t in exact.items():
+        assert t_score(0.95, df) == pytest.approx(t, rel={1: 0.05, 2: 5e-3}.get(df, 2e-3))
+    assert t_score(0.5, 4) == 0.0 and t_score(0.975, float("inf")) == pytest.approx(1.960, abs=1e-3)
 
 
 def test_stage_advances_once_accuracy_plateaus_and_not_before():
@@ -58,11 +92,70 @@ def test_stage_advances_once_accuracy_plateaus_and_not_before():
     assert (cmd.stage, cmd.evidence.rule, rule.state.stage, rule.state.stage_windows) == ("blend", RULE_STAGE, 1, 0)
     assert cmd.weights == {"arith": 1.0, "rg:basic_arithmetic": 1.0, "chat": 0.1}
     ev = cmd.evidence
-    assert ev.signals["accuracy_gain[arith]"] == pytest.approx(-0.01) and ev.signals["accuracy[arith]"] == 0.6
+    # the gain is the slope over the last 3 windows (0.6, 0.61, 0.6): 0 per window; its 95% upper
+    # bound, from the windows' standard errors (binomial, 10 000 verdicts each), is below 0.02
+    se = ((0.6 * 0.4 / 10_000 + 0.6 * 0.4 / 10_000) / 4) ** 0.5
+    assert ev.signals["accuracy_gain[arith]"] == pytest.approx(0.0, abs=1e-12) and ev.signals["accuracy[arith]"] == 0.6
+    assert ev.signals["accuracy_gain[arith] se"] == pytest.approx(se, rel=1e-3)
+    assert ev.signals["accuracy_gain[arith] upper"] == pytest.approx(1.645 * se, rel=1e-3)
+    assert ev.signals["accuracy_gain[arith] n"] == 30_000
     assert ev.thresholds["accuracy_gain[arith]<"] == 0.02 and ev.thresholds["accuracy_gain[arith] windows"] == 2
+    assert ev.thresholds["accuracy_gain[arith] confidence"] == 0.95
     assert ev.signals["accuracy_gain[rg:basic_arithmetic] windows"] == 2 and ev.windows == 2
     assert (ev.version_from, ev.version_to) == (4, 4)
     assert "reasoning -> blend" in cmd.reason and "accuracy_gain of arith, rg:basic_arithmetic below 0.02" in cmd.reason
+    assert "at 95% confidence" in cmd.reason
+
+
+def test_a_plateau_is_not_declared_on_windows_too_small_to_tell_it_from_noise():
+    """A flat 0.5 on 100 verdicts a window: the slope's upper bound stays near 0.06, above 0.02 (the
+    old rule, gain between two windows, would have ended the stage on the third window). The same
+    windows read with the confidence of the estimate itself (0.5) would end it."""
+    rule = CurriculumRule(schedule())
+    rule.start()
+    for v in range(12):
+        out = rule.evaluate(window({"arith": 0.5, "rg:basic_arithmetic": 0.5}, v, judged=100))
+        assert out.commands == [] and rule.state.stage == 0
+    assert rule.state.streaks["0/arith"] == 0
+    (gain,) = [g for g in out.signals if g.name == "curriculum/accuracy_gain" and g.subject == "arith"]
+    assert gain.value == pytest.approx(0.0, abs=1e-12)
+    reckless = schedule(stages=[{**REASONING, "until": [{**REASONING["until"][0], "confidence": 0.5}]}, BLEND])
+    rule = CurriculumRule(reckless)
+    rule.start()
+    fired = [v for v in range(4) for c in rule.evaluate(window({"arith": 0.5, "rg:basic_arithmetic": 0.5}, v,
+                                                               judged=100)).commands if c.evidence.rule == RULE_STAGE]
+    assert fired == [2]
+
+
+def test_a_state_saved_before_the_trend_loads_and_its_gain_counts_start_over():
+    """A monitor upgraded mid-stage: the saved state has the old rule's streaks but no history, so no
+    trend yet; the plateau needs its N+1 windows again rather than ending the stage on old counts."""
+    old = {"started": True, "stage": 0, "stage_windows": 5, "windows": 5, "weights": dict(REASONING["weights"]),
+           "accuracy": {"arith": 0.5, "rg:basic_arithmetic": 0.5},
+           "streaks": {"0/arith": 2, "0/rg:basic_arithmetic": 2}}
+    rule = CurriculumRule(schedule(), old)
+    flat = lambda v: window({"arith": 0.5, "rg:basic_arithmetic": 0.5}, v)  # noqa: E731
+    assert rule.evaluate(flat(5)).commands == [] and rule.state.streaks == {"0/arith": 0, "0/rg:basic_arithmetic": 0}
+    assert rule.evaluate(flat(6)).commands == []
+    assert [c.stage for c in rule.evaluate(flat(7)).commands] == ["blend"]
+
+
+def test_a_gain_condition_on_another_series_takes_its_estimates(monkeypatch):
+    """The seam for a held-out signal: a gain signal on series "heldout", fed (estimate, standard
+    error) per window through evaluate(extra=...), is decided like the accuracy's."""
+    monkeypatch.setitem(SIGNALS._items, "heldout_gain", SignalSpec(-1.0, 1.0, True, None, "test", series="heldout"))
+    cfg = schedule(stages=[{**REASONING, "until": [{"signal": "heldout_gain", "sources": ["arith"], "below": 0.02,
+                                                    "windows": 2}]}, BLEND])
+    rule = CurriculumRule(cfg)
+    rule.start()
+    rows = window({"arith": 0.1, "rg:basic_arithmetic": 0.1})  # training accuracy flat: not what is read
+    for v, (correct, n) in enumerate([(200, 1000), (400, 1000), (405, 1000)]):
+        extra = {"heldout": {"arith": Estimate.from_counts(correct, n)}}
+        assert rule.evaluate(rows, extra=extra).commands == []  # still rising over the last 3
+    (cmd,) = rule.evaluate(rows, extra={"heldout": {"arith": Estimate(0.4, 0.002, 1000)}}).commands
+    assert cmd.stage == "blend" and cmd.evidence.signals["heldout_gain[arith]"] == pytest.approx(0.0, abs=1e-9)
+    signals = cmd.evidence.signals
+    assert signals["heldout_gain[arith] upper"] < 0.02 and signals["heldout_gain[arith] n"] == 3000
 
 
 def test_a_source_without_enough_verdicts_holds_its_count_and_a_drop_resets_it():
@@ -126,6 +219,7 @@ def test_a_level_change_restarts_the_plateau_evidence_of_its_source():
     rule.evaluate(window({"arith": 0.5, "rg:basic_arithmetic": 0.5}, 0))
     (up,) = rule.evaluate(window({"arith": 0.6, "rg:basic_arithmetic": 0.5}, 1)).commands  # 0.6 > 0.55: level 2
     assert up.levels == {"arith": 2} and "0/arith" not in rule.state.streaks and "arith" not in rule.state.accuracy
+    assert set(rule.state.history["accuracy"]) == {"rg:basic_arithmetic"}  # arith's trend starts again
     # harder now: accuracy drops to 0.4, which is the new level's first window, not a plateau
     assert rule.evaluate(window({"arith": 0.4, "rg:basic_arithmetic": 0.5}, 2)).commands == []
     assert rule.state.streaks["0/rg:basic_arithmetic"] == 2 and rule.state.stage == 0
@@ -156,6 +250,10 @@ BAD = [
      "the last stage 'blend' has an exit"),
     ({"stages": [{**REASONING, "until": [{"signal": "stage_windows", "sources": ["arith"], "above": 3}]}, BLEND]},
      "not per source"),
+    ({"stages": [{**REASONING, "until": [{"signal": "accuracy", "above": 0.5, "confidence": 0.9}]}, BLEND]},
+     "`confidence` applies to gain signals (accuracy_gain), drop it"),
+    ({"stages": [{**REASONING, "until": [{"signal": "accuracy_gain", "below": 0.1, "confidence": 1.0}]}, BLEND]},
+     "less than 1"),
     ({"levels": [{"source": "arith", "band": [0.8, 0.3]}]}, "band must be 0 <= low < high <= 1"),
     ({"stages": [{**BLEND, "levels": {"arith": 0}}]}, "levels start at 1"),
     ({"levels": [{"source": "arith"}, {"source": "arith"}]}, "one level rule per source, ['arith']"),
@@ -201,8 +299,8 @@ def test_a_persons_mixture_is_the_one_in_force_and_the_schedule_goes_on_from_it(
     assert rule.state.stage == 1
 
 
-def groups(store: Store, accuracy: dict[str, float], version: int, n: int = 1) -> None:
-    store.write(Batch(groups=[adapters.scored_group_rows(scored(f"{s}-{version}-{i}", version, s, a), now_ms())
+def groups(store: Store, accuracy: dict[str, float], version: int, n: int = 1, size: int = 10) -> None:
+    store.write(Batch(groups=[adapters.scored_group_rows(scored(f"{s}-{version}-{i}", version, s, a, size), now_ms())
                               for s, a in accuracy.items() for i in range(n)]))
 
 
@@ -221,8 +319,8 @@ def test_a_restarted_controller_continues_the_stage_ramp_and_levels_from_its_sav
     store = Store(f"sqlite:///{tmp_path / 'm.db'}")
     first = Controller(store, cfg)
     assert [c.stage for c in first.evaluate().commands] == ["reasoning"]
-    for v in range(3):
-        groups(store, {"arith": 0.5, "rg:basic_arithmetic": 0.5}, v)
+    for v in range(3):  # groups of 4000 verdicts: a flat accuracy known well enough to call a plateau
+        groups(store, {"arith": 0.5, "rg:basic_arithmetic": 0.5}, v, size=4000)
     assert [(c.evidence.rule, c.stage) for c in first.evaluate().commands] == [(RULE_STAGE, "blend")]
     groups(store, {"arith": 0.9, "rg:basic_arithmetic": 0.5}, 3)
     assert [c.weights["chat"] for c in first.evaluate().commands] == [0.4]
