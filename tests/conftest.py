@@ -23,10 +23,12 @@ from tests.sandbox.fixtures import jail_sandbox  # noqa: F401  (fixture)
 
 
 TESTS = Path(__file__).parent
-# The tiers, in the order they run: what each one needs decides its tier (README "Tests"). The tiers
-# whose tools scripts/test.sh compiles in the background (Compose, s3s-fs, Kubernetes) come last, so a
-# cold machine builds them while the others run.
-TIERS = ("unit", "sandbox", "kafka", "chaos", "docker", "s3", "k8s")
+# The tiers (README "Tests"): what a test needs decides its tier. `make test` runs them side by side in
+# a few xdist workers (scripts/test.sh), the heavy ones first so the light ones fill in around them.
+TIERS = ("chaos", "docker", "k8s", "s3", "kafka", "sandbox", "slow", "unit")
+# scripts/test.sh compiles these tiers' tools in the background and names the ones still building in
+# M1FLOW_BUILDING: their tests go last, so a cold machine builds them while the other tiers run.
+BUILT_BY = {"compose": "docker", "s3": "s3", "k8s": "k8s"}
 
 
 def tier_of(item: pytest.Item) -> str:
@@ -48,12 +50,23 @@ def tier_of(item: pytest.Item) -> str:
     return "slow" if item.get_closest_marker("slow") else "unit"
 
 
+def worker_group(item: pytest.Item, tier: str) -> str:
+    """Which tests one xdist worker runs together: a tier whose session fixture is costly (one API
+    server, one image build, one S3 server) or heavy (the chaos runs, each a whole `m1flow up`) as one
+    group; otherwise a module (its tests share module fixtures and may build on each other's state)."""
+    return tier if tier in ("chaos", "docker", "k8s", "s3") else item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test is marked with its tier (`-m unit` is `make test-fast`) and the tiers run in order."""
-    order = {tier: i for i, tier in enumerate(("unit", "slow", *TIERS[1:]))}
+    """Each test is marked with its tier (`-m unit` is `make test-fast`) and its worker group, and the
+    tiers are ordered: the heavy first, those whose tools are still building last."""
+    building = {BUILT_BY[name] for name in os.environ.get("M1FLOW_BUILDING", "").split() if name in BUILT_BY}
+    order = {tier: (tier in building, i) for i, tier in enumerate(TIERS)}
     for item in items:
         tier = tier_of(item)
         item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(pytest.mark.xdist_group(worker_group(item, tier)))
         item.user_properties.append(("tier", tier))
     items.sort(key=lambda item: order[dict(item.user_properties)["tier"]])
 
@@ -75,7 +88,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not _tier_seconds:
         return
     terminalreporter.write_sep("=", "minutes per tier (sum of its tests' set-up, call and tear-down)")
-    for tier in sorted(_tier_seconds, key=lambda t: ("unit", "slow", *TIERS[1:]).index(t)):
+    for tier in sorted(_tier_seconds, key=TIERS.index):
         terminalreporter.write_line(f"{tier:>8}: {_tier_tests[tier]:>5} tests {_tier_seconds[tier] / 60:7.1f} min")
 
 

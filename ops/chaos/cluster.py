@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ops.chaos.faults import BROKER_FAULTS, READERS, SERVICE_FAULTS, Fault, Injector, plan
-from ops.chaos.invariants import Report, check
+from ops.chaos.invariants import Report, check, settled
 from ops.chaos.run import Watcher, timeline
 from ops.cluster import Cluster
 from ops.services import SERVICES
@@ -132,12 +132,12 @@ class ClusterChaos:
                 entry = injector.inject(fault)
                 self.say(f"[{time.time() - t0:6.1f}s] {fault}: {entry.note}")
             injector.close()
-            settled = self.settle(watcher, cfg.settle_s)
-            self.say(f"settled {settled - t0:.0f}s after the first fault" if settled else
+            done = self.settle(injector.log.bad_records, cfg.settle_s)
+            self.say(f"settled {done - t0:.0f}s after the first fault" if done else
                      f"did not settle within {cfg.settle_s:.0f}s of the last fault")
             before = watcher.samples[-1].version if watcher.samples else 0
             self.feed(cfg.last_prompts)
-            advanced = self.settle(watcher, cfg.settle_s)
+            advanced = self.settle(injector.log.bad_records, cfg.settle_s, watcher, past_version=before)
             after = watcher.samples[-1].version if watcher.samples else 0
         finally:
             watcher.stop()
@@ -150,41 +150,19 @@ class ClusterChaos:
         self.say(report.table())
         return report
 
-    def settle(self, watcher: Watcher, timeout: float, quiet_s: float = 30.0) -> float | None:
-        """Wait until every fed prompt is scored and no new version came for quiet_s (the learner then
-        holds at most a partial batch: dynamic sampling drops degenerate groups, so the number of
-        versions alone cannot say when it is done). Returns when it settled, None on timeout."""
-        from ops.topics_io import read_range
-
+    def settle(self, bad_records: list[tuple[str, int, int]], timeout: float,
+               watcher: Watcher | None = None, past_version: int = -1) -> float | None:
+        """Wait until the cluster is done with what it was fed (invariants.settled: every prompt scored,
+        every bad record dead-lettered by its readers, the learner holding at most a partial batch) and,
+        with a watcher, the learner's newest version is past `past_version`. Returns when, None on timeout."""
         deadline = time.monotonic() + timeout
-        version, since = -1, time.monotonic()
         while time.monotonic() < deadline:
-            newest = watcher.samples[-1].version if watcher.samples else 0
-            if newest != version:
-                version, since = newest, time.monotonic()
-            try:
-                scored = {r["value"].get("prompt_id") for r in read_range(self.cluster.bootstrap, "scored")
-                          if "value" in r}
-            except Exception:  # noqa: BLE001 - the broker may still be coming back
-                scored = set()
-            if scored >= self.prompt_ids and time.monotonic() - since >= quiet_s and self.caught_up():
+            newest = watcher.samples[-1].version if watcher and watcher.samples else 0
+            if newest > past_version and settled(self.cluster.bootstrap, self.run_dir, self.prompt_ids,
+                                                 bad_records, READERS, self.batch_groups):
                 return time.time()
             time.sleep(2)
         return None
-
-    def caught_up(self) -> bool:
-        """Every group that must dead-letter bad input has read its topics to the end (a monitor
-        behind on `rollouts` has not dead-lettered the garbage there yet)."""
-        from m1flow.bus.admin import group_lag
-
-        groups = {group for readers in READERS.values() for group in readers if group != "m1flow-learner"}
-        try:  # the learner resumes from its checkpoint's offsets, not the group's commits: settled above
-            lags = [end - committed for group in groups
-                    for (topic, _), (committed, end) in group_lag(self.cluster.bootstrap, group).items()
-                    if topic in READERS]
-        except Exception:  # noqa: BLE001 - the broker may still be coming back
-            return False
-        return bool(lags) and max(lags) == 0
 
     def restarts(self) -> str:
         """How often Docker restarted each container on its own (crashes, not the runner's kills), and

@@ -119,6 +119,7 @@ def _check_learner(report: Report, run_dir: Path, scored_at: ScoredAt, batch_gro
     report.add("nothing the learner consumed was lost", not lost,
                f"checkpoint at scored/0@{offset}: {len(behind)} groups behind it, {len(lost)} neither applied "
                f"nor skipped; {len(pending)} groups after it (a partial batch holds < {batch_groups})")
+    report.numbers["pending"] = len(pending)
     return state, applied
 
 
@@ -156,3 +157,17 @@ def check_source(report: Report, bootstrap: str, stream: str, rows: int, lead: i
     repeats = sum(n - 1 for n in positions.values())
     report.add("the source lost no position, repeated none beyond its lead", not lost and repeats <= lead,
                f"{len(positions)}/{rows} positions of epoch 0, {len(lost)} lost, {repeats} repeats (allowed {lead})")
+
+
+def settled(bootstrap: str, run_dir: Path, prompt_ids: set[str], bad_records: list[tuple[str, int, int]],
+            readers: dict[str, tuple[str, ...]], batch_groups: int) -> Report | None:
+    """The report, once the run is done with what it was fed: every check holds (each prompt's group
+    scored, each injected bad record dead-lettered by every group that reads its topic, ...) and the
+    learner holds at most a partial batch (fewer than `batch_groups` groups after its newest checkpoint).
+    None while it is not, or while the broker cannot be read (it may be a fault still recovering). A
+    chaos run waits for exactly this, then checks: the conditions themselves, not a timer or a quiet spell."""
+    try:
+        report = check(bootstrap, run_dir, prompt_ids, bad_records, readers, batch_groups)
+    except Exception:  # noqa: BLE001 - the broker may still be coming back
+        return None
+    return report if report.ok and report.numbers["pending"] < batch_groups else None

@@ -20,7 +20,7 @@ from m1flow.bus.admin import end_offsets
 from ops.kafka import Broker
 from ops import ROOT
 from ops.chaos.faults import READERS, Fault, Injected, Injector, plan
-from ops.chaos.invariants import Report, check, check_source
+from ops.chaos.invariants import Report, check, check_source, settled
 from ops.services import NAMES
 from m1flow.security import config as security
 from ops.warmstart import WarmStartConfig
@@ -172,7 +172,7 @@ class ChaosRun:
                 entry = injector.inject(fault)
                 self.say(f"[{time.time() - t0:6.1f}s] {fault}: {entry.note}")
             injector.close()
-            self.settle(bootstrap, prompt_ids, watcher)
+            self.settle(bootstrap, prompt_ids, injector.log.bad_records)
             watcher.stop()
             report = check(bootstrap, self.run_dir, prompt_ids, injector.log.bad_records, READERS, cfg.batch_groups)
             kills = sum(1 for e in injector.log.entries if e.fault.target == "source")
@@ -202,14 +202,11 @@ class ChaosRun:
         return (code == 0 and not left and "nothing was running" in again,
                 f"exit {code}; {len(pids)} processes, {len(left)} left; then `m1flow down`: {again!r}")
 
-    def settle(self, bootstrap: str, prompt_ids: set[str], watcher: Watcher) -> None:
-        """Wait until every fed prompt is scored and the learner has caught up (or settle_s passes)."""
+    def settle(self, bootstrap: str, prompt_ids: set[str], bad_records: list[tuple[str, int, int]]) -> None:
+        """Wait until the run is done with what it was fed (invariants.settled), at most settle_s."""
         deadline = time.monotonic() + self.cfg.settle_s
-        expected = len(prompt_ids)
         while time.monotonic() < deadline:
-            done = {v.get("prompt_id") for v in _scored_values(bootstrap)} >= prompt_ids
-            last = watcher.samples[-1] if watcher.samples else None
-            if done and last and last.version * self.cfg.batch_groups >= expected - self.cfg.batch_groups:
+            if settled(bootstrap, self.run_dir, prompt_ids, bad_records, READERS, self.cfg.batch_groups):
                 return
             time.sleep(2)
         self.say(f"settling did not finish within {self.cfg.settle_s:.0f}s; checking what there is")
@@ -229,9 +226,3 @@ class ChaosRun:
                 self.up.kill()
         if out.returncode:
             self.say(f"m1flow down: {out.stderr}")
-
-
-def _scored_values(bootstrap: str) -> list[dict]:
-    from ops.topics_io import read_range
-
-    return [r["value"] for r in read_range(bootstrap, "scored") if "value" in r]
