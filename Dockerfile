@@ -19,7 +19,7 @@ ENV PYTHONPATH=/app \
 WORKDIR /app
 
 # System tools of the sandbox's jail backend and of code/SWE tasks (bubblewrap, gcc, git, patch).
-COPY scripts/system_deps.sh scripts/system_deps.sh
+COPY scripts/system_deps.sh scripts/apt_install.sh scripts/
 RUN bash scripts/system_deps.sh && rm -rf /var/lib/apt/lists/*
 
 # Dependencies before the code, so editing code does not reinstall torch.

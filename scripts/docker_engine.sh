@@ -10,7 +10,7 @@
 # Each part holds its own lock, so a caller of one part never waits for the other's build.
 # See ../shared/notes/docker_local.md for what was measured.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+here="$(cd "${BASH_SOURCE[0]%/*}" && pwd)"
 cache="${M1FLOW_CACHE:-$HOME/.cache/m1flow}"
 compose_version="${COMPOSE_VERSION:-v2.32.4}"
 state="$cache/docker"

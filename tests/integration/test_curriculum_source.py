@@ -19,7 +19,9 @@ from m1flow.status import Status
 from tests.integration.helpers import commit_end, wait_for
 
 ROLLOUT_GROUP = "curriculum-test-rollout"
-SIZE = 8
+# Samples per group: the plateau is decided with its sampling error (svc_monitor/rules/trend.py), so a
+# flat accuracy must rest on enough verdicts a window (4 groups x 128) for its bound to clear 0.05.
+SIZE = 128
 SOURCES = [{"generator": "arith", "name": "easy", "size": 2000, "seed": 1, "weight": 1.0, "level": 1},
            {"generator": "arith", "name": "judged", "size": 2000, "seed": 2, "weight": 0.0}]
 CURRICULUM = {"window_groups": 4, "min_judged": 16,
@@ -38,7 +40,7 @@ class Loop:
         self.producer = Producer(bootstrap, "test-reward")
         self.answered: set[str] = set()
         self.prompts: list[dict] = []
-        self.correct = {"easy": 4, "judged": 4}  # of SIZE, per source
+        self.correct = {"easy": SIZE // 2, "judged": SIZE // 2}  # of SIZE, per source
 
     def step(self) -> None:
         for rec in read_range(self.bootstrap, "prompts"):
@@ -88,8 +90,9 @@ def test_the_source_draws_what_the_monitors_curriculum_decides(tmp_path):
         loop.correct["easy"] = SIZE  # too easy now: above its band for two windows, up one level
         loop.until(lambda: any(m["set_mixture"]["levels"].get("easy") == 2 for m in mixtures(stack.bootstrap)), 90,
                    "the level rule to move easy up")
-        loop.until(lambda: any(p["prompt_id"].endswith("@L2") for p in loop.prompts), 60,
-                   "prompts of easy drawn at level 2")
+        # still too easy at level 2, it may go on up to 3 before the source's next draws: either is drawn
+        loop.until(lambda: any(p["prompt_id"].endswith(("@L2", "@L3")) for p in loop.prompts), 60,
+                   "prompts of easy drawn at level 2 or above")
         level = next(m for m in mixtures(stack.bootstrap) if m["set_mixture"]["levels"].get("easy") == 2)
         assert level["evidence"]["rule"] == "curriculum_level" and level["set_mixture"]["stage"] == "blend"
         refused = [r for r in read_range(stack.bootstrap, "metrics")
