@@ -59,5 +59,5 @@ export M1FLOW_SANDBOX_BASE="${M1FLOW_SANDBOX_BASE:-$(bash scripts/docker_images.
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words by design (make test PYTEST_ARGS="-x tests/rl")
 WORKERS=${M1FLOW_TEST_WORKERS:-3}
 XDIST=()
-[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadscope --no-loadscope-reorder)
 PYTHONPATH=$ROOT "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" ${PYTEST_ARGS:-}

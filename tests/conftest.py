@@ -50,24 +50,48 @@ def tier_of(item: pytest.Item) -> str:
     return "slow" if item.get_closest_marker("slow") else "unit"
 
 
-def worker_group(item: pytest.Item, tier: str) -> str:
-    """Which tests one xdist worker runs together: a tier whose session fixture is costly (one API
-    server, one image build, one S3 server) or heavy (the chaos runs, each a whole `m1flow up`) as one
-    group; otherwise a module (its tests share module fixtures and may build on each other's state)."""
-    return tier if tier in ("chaos", "docker", "k8s", "s3") else item.nodeid.split("::")[0]
+def worker_group(nodeid: str) -> str:
+    """Which tests one xdist worker runs together, from the test's id alone (the scheduler sees no more):
+    a tier whose session fixture is costly (one API server, one image build, one S3 server) or heavy
+    (the chaos runs, each a whole `m1flow up`) as one group; otherwise a module (its tests share module
+    fixtures and may build on each other's state)."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/k8s/"):
+        return "k8s"
+    if path == "tests/integration/test_chaos.py":
+        return "chaos"
+    if path.startswith(("tests/cluster/", "tests/sandbox/test_docker")):
+        return "docker"
+    if path.startswith("tests/checkpoint/test_s3_"):
+        return "s3"
+    return path
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
+    """`--dist loadscope` with scopes from worker_group. (xdist's own `loadgroup` marks do not take with
+    pytest 9, which no longer reads the node id xdist rewrites.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return TierGroups(config, log)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each test is marked with its tier as it is collected (`-m unit` is `make test-fast`)."""
+    tier = tier_of(item)
+    item.add_marker(getattr(pytest.mark, tier))
+    item.user_properties.append(("tier", tier))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test is marked with its tier (`-m unit` is `make test-fast`) and its worker group, and the
-    tiers are ordered: the heavy first, those whose tools are still building last."""
+    """The tiers in order: the heavy first, those whose tools are still building last."""
     building = {BUILT_BY[name] for name in os.environ.get("M1FLOW_BUILDING", "").split() if name in BUILT_BY}
     order = {tier: (tier in building, i) for i, tier in enumerate(TIERS)}
-    for item in items:
-        tier = tier_of(item)
-        item.add_marker(getattr(pytest.mark, tier))
-        item.add_marker(pytest.mark.xdist_group(worker_group(item, tier)))
-        item.user_properties.append(("tier", tier))
     items.sort(key=lambda item: order[dict(item.user_properties)["tier"]])
 
 

@@ -7,12 +7,18 @@ behave the same.
 """
 from __future__ import annotations
 
+import fcntl
+import os
+import random
 import signal
+import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -48,31 +54,59 @@ class UidRange(BaseModel):
     """The uids runs get, one each while it runs: nothing keyed by uid in the kernel is shared."""
     first: int = Field(2_000_000_000, ge=1000, description="first uid (no host account should use the range)")
     count: int = Field(65_536, ge=1, description="how many; at least the most runs at once")
+    lock_dir: Path = Field(Path(tempfile.gettempdir()) / "m1flow-sandbox-uids",
+                           description="one lock file a uid: every sandbox process of this host must share it")
 
 
 class UidPool:
-    """Hands each run a uid no running run holds, the least recently used first.
+    """Hands each run a uid no running run on this host holds, the least recently used first.
 
     Why rotate: uid-keyed kernel state (keyrings, per-user counters) that a run leaves behind is
     not seen by the next runs; with the seccomp filter closing those channels too, a uid is reused
-    only after `count` other runs.
+    only after `count` other runs. Why host-wide: the kernel's per-user counters (RLIMIT_NPROC above
+    all, the process cap of a jail without a pids cgroup) are shared by every process of a uid, so two
+    sandbox processes on one host (replicas, test workers) handing out the same uid at once would cap
+    each other's runs. A uid is held by an flock on its file in `lock_dir`, which the kernel drops when
+    the holder exits, however it exits; each process starts at its own place in the range.
     """
 
+    WAIT_S = 0.05
+
     def __init__(self, uids: UidRange) -> None:
-        self._free = deque(range(uids.first, uids.first + uids.count))
+        start = random.SystemRandom().randrange(uids.count)
+        order = list(range(uids.first, uids.first + uids.count))
+        self._free = deque(order[start:] + order[:start])
         self._ready = threading.Condition()
+        self._lock_dir = uids.lock_dir
+        self._lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     @contextmanager
     def lease(self) -> Iterator[int]:
-        with self._ready:
-            self._ready.wait_for(lambda: self._free)
-            uid = self._free.popleft()
+        uid, fd = self._take()
         try:
             yield uid
         finally:
+            os.close(fd)  # drops the host-wide lock
             with self._ready:
                 self._free.append(uid)
                 self._ready.notify()
+
+    def _take(self) -> tuple[int, int]:
+        """The first free uid whose host-wide lock this process gets (waiting while every one is held)."""
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._free)
+                for _ in range(len(self._free)):
+                    uid = self._free.popleft()
+                    fd = os.open(self._lock_dir / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        os.close(fd)
+                        self._free.append(uid)  # another process runs with it: later
+                        continue
+                    return uid, fd
+            time.sleep(self.WAIT_S)
 
 
 def announce_start(argv: Sequence[str]) -> list[str]:
