@@ -43,7 +43,7 @@ test:
 
 # The unit tier alone (no broker, jail, engine or cluster; README "Tests"), for the inner loop.
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m unit -n 2 --dist loadscope $(PYTEST_ARGS)
 
 up: setup
 	$(PY) -m ops up

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
+
+pytestmark = pytest.mark.slow  # the services as processes: not the unit tier (make test-fast)
 
 ROOT = Path(__file__).resolve().parents[2]
 

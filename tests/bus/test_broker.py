@@ -11,6 +11,8 @@ from kafka import KafkaProducer
 from m1flow.bus.admin import end_offsets, ensure_topics
 from ops.kafka import Broker, BrokerError
 
+pytestmark = pytest.mark.slow  # brokers of its own: not the unit tier (make test-fast)
+
 
 def java_children_of(pid: int) -> bool:
     try:

@@ -1,6 +1,8 @@
 """The CLI against the session's real broker, and the broker lifecycle commands on their own."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -41,6 +43,7 @@ def test_kafka_start_status_stop(tmp_path):
     assert m1flow(*run, "kafka", "status").startswith("stopped")
 
 
+@pytest.mark.slow  # every command as a process of its own: not the unit tier (make test-fast)
 def test_without_a_broker_every_command_says_what_to_do_in_one_line(tmp_path):
     for args in (["status"], ["topics", "list"], ["dlq"], ["feed", "--n", "1"]):
         out = subprocess.run([sys.executable, "-m", "ops", "--run-dir", str(tmp_path), *args],

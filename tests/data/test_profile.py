@@ -23,6 +23,8 @@ from ops.bands import (DEFAULT_BAND, KEPT, TOO_EASY, TOO_HARD, UNPROFILED, Band,
 from ops.profile import ProfileError, ProfileFile, check_policy, outcome_of, read_profile
 from m1flow.status import Status
 
+pytestmark = pytest.mark.slow  # brokers and services as processes: not the unit tier (make test-fast)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

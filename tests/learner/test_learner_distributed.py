@@ -13,6 +13,8 @@ from svc_learner.distributed import shard_batch, wrap_model
 from svc_learner.optim import make_optimizer
 from svc_learner.update import TrainConfig, run_updates, train_on_batch
 
+pytestmark = pytest.mark.slow  # learner ranks as processes (torch.distributed): not the unit tier (make test-fast)
+
 WORLD = 2
 CFG = TrainConfig(lr=1e-3, minibatches=2)
 LOSS = LossSpec("cispo", norm="sample_token")

@@ -17,6 +17,8 @@ from svc_rollout.engines.hf import HFEngine
 from svc_rollout.engines.native import NativeEngine
 from tests.policies import looping_copy
 
+pytestmark = pytest.mark.slow  # vLLM engines started on the CPU: not the unit tier (make test-fast)
+
 PROMPTS = [p.text for p in problems(seed=7, n=8, max_operand=12)]
 
 
