@@ -56,7 +56,7 @@ from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import TrainConfig, train_on_batch  # noqa: E402
 from svc_rollout.client import ENGINE_NAMES  # noqa: E402
-from svc_rollout.engines.base import GroupRequest  # noqa: E402
+from m1flow.engines.base import GroupRequest  # noqa: E402
 from svc_source.cursor import Cursor  # noqa: E402
 
 SERVICES = ("learner", "reward", "rollout")  # started first; the source last, when the clock starts
@@ -126,7 +126,7 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
     """Generate, score, select (topping up skipped groups), train, checkpoint and reload, `steps` times.
     Fills `out` as it goes, so an early stop still reports the steps done."""
     from svc_rollout.config import RolloutConfig
-    from svc_rollout.engines import build
+    from m1flow.engines import build
 
     engine = build(RolloutConfig(engine=engine_name, batch_groups=batch, group_size=group, device="cpu"))
     engine.load(events.PolicyVersion(version=0, checkpoint_uri=checkpoint.uri_for(policy)))

@@ -17,22 +17,23 @@ from concurrent.futures import Future
 import grpc
 import torch
 
-from m1flow import chat, store
+from m1flow import chat, engines, store
 from m1flow.bus import Context, HandlerBase, Record, codec
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.clients import ClientError
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.engines.base import GroupRequest, GroupResult
+from m1flow.engines.prompts import prompt_input, prompt_text
 from m1flow.policy_follower import PolicyFollower
 from m1flow.security.announcements import Guard
 from m1flow.runtime import logs
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
-from svc_rollout import engines, metrics
+from svc_rollout import metrics
 from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.client import group_id_for
 from svc_rollout.config import RolloutConfig
-from svc_rollout.engines.base import GroupRequest, GroupResult
 
 log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"
@@ -40,19 +41,6 @@ METRIC_EVERY_S = 10.0
 REFRESH_BUSY_S = 0.05  # how often a busy engine reads `policy`/`control` (each step was 10% of its CPU)
 HELD_WAIT_MS = 200  # an idle engine held back by backpressure waits this long on `policy` per loop
 GAUGES_EVERY_S = 0.5  # /metrics gauges: set each engine step, they were 7% of a replica's CPU (py-spy)
-
-
-def prompt_input(prompt: events.Prompt) -> chat.PromptInput:
-    """What the engine tokenizes: the whole conversation when the prompt carries one, else its text."""
-    return chat.conversation(prompt.messages) if prompt.messages else prompt.text
-
-
-def prompt_text(prompt: events.Prompt) -> str:
-    """The Rollout's prompt_text (what verifiers and judges read): the text, else the last user turn."""
-    if prompt.text or not prompt.messages:
-        return prompt.text
-    users = [m.content for m in prompt.messages if m.role == "user"]
-    return users[-1] if users else prompt.messages[-1].content
 
 
 class PromptHandler(HandlerBase):
