@@ -12,7 +12,10 @@ Signals are computed per window of scored groups (`CurriculumConfig.window_group
 * `accuracy_gain` of a source: its accuracy minus its accuracy in the previous window it had one,
   in this stage and at this level. A plateau is `accuracy_gain below T for N windows`: the
   improvement between consecutive windows stayed under T, N times in a row;
-* `stage_windows`: windows evaluated in the stage, this one included.
+* `stage_windows`: windows evaluated in the stage, this one included;
+* `heldout_pass1` of a source: svc_eval's pass@1 on the held-out set of the same name (name a set
+  after the source it measures) for the newest policy version evaluated when the window closes (no
+  value before the first result); it moves only as new versions are evaluated.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class WindowFacts:
     accuracy: dict[str, float] = field(default_factory=dict)  # source -> accuracy (enough verdicts only)
     gain: dict[str, float] = field(default_factory=dict)  # source -> accuracy gain over its previous window
     stage_windows: int = 0
+    heldout_pass1: dict[str, float] = field(default_factory=dict)  # eval set -> newest held-out pass@1 (svc_eval)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ SIGNALS.add("accuracy", SignalSpec(0.0, 1.0, True, lambda w, s: w.accuracy.get(s
                                    "correct among the source's judged samples in the window"))
 SIGNALS.add("accuracy_gain", SignalSpec(-1.0, 1.0, True, lambda w, s: w.gain.get(s),
                                         "the source's accuracy minus the previous window's (same stage and level)"))
+SIGNALS.add("heldout_pass1", SignalSpec(0.0, 1.0, True, lambda w, s: w.heldout_pass1.get(s),
+                                        "svc_eval's pass@1 on the held-out set named like the source, newest version"))
 SIGNALS.add("stage_windows", SignalSpec(0.0, math.inf, False, lambda w, _s: float(w.stage_windows),
                                         "windows evaluated in the stage, this one included"))
 
@@ -67,7 +73,7 @@ class Condition(BaseModel):
     """`signal` above and/or below thresholds (strictly) for `windows` windows in a row; a
     per-source signal must hold for every source named (default: every source the stage weights)."""
 
-    signal: str = Field(description="a curriculum signal: accuracy, accuracy_gain, stage_windows")
+    signal: str = Field(description="a curriculum signal: accuracy, accuracy_gain, heldout_pass1, stage_windows")
     sources: list[str] = Field([], description="sources it is tested on (per-source signals)")
     above: float | None = Field(None, description="holds while the value is above this")
     below: float | None = Field(None, description="holds while the value is below this")

@@ -7,7 +7,9 @@ interleave picks (order.Interleave) and that source's next row in its epoch's se
 source's epoch and position) is written to the compacted `source_state` topic; a restart reads it
 back, skips the draws of the batch the kill cut that reached `prompts` (state.published_since), and
 goes on, so a kill -9 loses nothing and repeats at most what the tail scan missed, under the same
-message ids. A bad row (undecodable, a missing gold, an unknown verifier kind, an unknown
+message ids. Rows whose prompt is a row of one of the run's eval sets (`eval_sets`, m1flow.heldout)
+are drawn and dropped, counted: the sequence stays a function of the config and held-out rows never
+reach training. A bad row (undecodable, a missing gold, an unknown verifier kind, an unknown
 generator task) is skipped, counted and dead-lettered; a source that cannot be opened at all stops
 the service with one line (the supervisor backs off and retries) rather than silently shifting the
 mixture onto the others.
@@ -29,6 +31,7 @@ from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 from m1flow.data.dataset import open_source
 from m1flow.data.record import RowError
+from m1flow.heldout import heldout_keys, prompt_key
 from m1flow.runtime.service import Service
 from m1flow.prompt_wire import Envelope
 from m1flow.source import message_id_for, prompt_bodies, row_letter
@@ -74,6 +77,7 @@ class SourceService(Service):
         self.filter: DifficultyFilter | None = None  # the online difficulty filter, when enabled
         self.scored: ScoredFollower | None = None
         self.window_tokens = 0  # the largest output window `control` has set (a larger one is a new stage)
+        self.heldout: set[bytes] = set()  # prompt keys of the eval sets' rows (m1flow.heldout): never published
 
     @property
     def state_key(self) -> str:
@@ -96,6 +100,8 @@ class SourceService(Service):
         if len(set(names)) != len(names):
             raise SourceUnreadable(f"source: source names must be unique, got {names}")
         self.datasets = {src.name: d for src, d in zip(opened, cfg.sources)}
+        self.heldout = heldout_keys(cfg.eval_sets, cfg.run_id)  # HeldOutError: one line, the service stops
+        metrics.HELDOUT_PROMPTS.set(len(self.heldout))
         self.mixture = Mixture.initial({src.name: d.weight for src, d in zip(opened, cfg.sources)},
                                        {src.name: d.level for src, d in zip(opened, cfg.sources) if d.generator})
         self.producer = Producer(cfg.bootstrap, f"source-{cfg.replica}", suffix=cfg.output_suffix,
@@ -262,7 +268,7 @@ class SourceService(Service):
         per_source: Counter = Counter()
         exhausted = self._exhausted()
         prompts_topic, stream = PROMPTS.name, self.state_key  # the producer suffixes
-        choice, skip, judged = self.interleave.choice, self.skip, self.filter
+        choice, skip, judged, heldout = self.interleave.choice, self.skip, self.filter, self.heldout
         encode = self._envelope().draw  # one header a batch; ids per draw
         while len(records) < n:
             if self.schedule is not None and (due := self.schedule.due(self.draws, self.mixture.version)):
@@ -290,6 +296,9 @@ class SourceService(Service):
                 records.append(self._letter(item, cursor.name, row, epoch))
                 continue
             prompt_id, body = item
+            if heldout and prompt_key(events.Prompt.FromString(body)) in heldout:
+                metrics.HELDOUT_DROPPED.labels(cursor.name).inc()  # an eval set's row: held out of training
+                continue
             value = encode(message_id_for(stream, cursor.name, epoch, position), body, cursor.name, epoch, position, draw)
             records.append((prompts_topic, prompt_id, value))
             per_source[cursor.name] += 1

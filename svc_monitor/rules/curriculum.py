@@ -67,6 +67,7 @@ class CurriculumRule:
         self.cfg = cfg
         self.state = CurriculumState(**(state or {}))
         self.rules: dict[str, LevelRule] = {r.source: r for r in cfg.levels}
+        self.heldout: dict[str, float] = {}  # set -> newest held-out pass@1; the controller refreshes it
 
     def snapshot(self) -> dict:
         return asdict(self.state)
@@ -153,7 +154,7 @@ class CurriculumRule:
             else:
                 usable[src] = a
         facts = WindowFacts(accuracy=usable, gain={k: v for k, v in gains.items() if k in usable},
-                            stage_windows=s.stage_windows + 1)
+                            stage_windows=s.stage_windows + 1, heldout_pass1=dict(self.heldout))
         s.accuracy.update(usable)
         s.windows += 1
         s.stage_windows += 1
