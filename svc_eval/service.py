@@ -1,7 +1,8 @@
 """svc_eval: held-out sets sampled with exactly the announced policy versions, pass@k on `evals`.
 
-The stage follows `policy` and `control` as a consumer group. A version v with v % every_versions
-== 0, and any version an `evaluate` command names, becomes a job that holds its record: the
+The stage follows `policy` and `control` as a consumer group (records of another run id, on a shared
+broker, are not its run's). A version v with v % every_versions == 0, and any version an `evaluate`
+command names, becomes a job that holds its record: the
 announcement is checked as svc_rollout checks it (checkpoint roots and the learner's signature), the
 checkpoint is loaded through m1flow.store with its SHA-256 checked, each set is sampled by the
 rollout engines (m1flow.engines, the same request a training prompt makes: chat template, sampling
@@ -121,7 +122,8 @@ class EvalService(Service):
             if message.run_id == cfg.run_id:
                 self.done.add(result_key(message.run_id, message.set, message.policy_version))
         for message in self._history(POLICY, "policy"):
-            self.announced[message.version] = message
+            if message.header.trace.run_id in ("", cfg.run_id):
+                self.announced[message.version] = message
         log.info("%s result(s) of run %s already on %s; %s policy version(s) announced so far",
                  len(self.done), cfg.run_id, evals.name, len(self.announced))
         self.stream = self.worker(EvalHandler(self), max_records=64)
@@ -143,12 +145,14 @@ class EvalService(Service):
     # ---- input: announcements and commands become jobs ------------------------------------
     def receive(self, message, record: Record, ctx: Context) -> None:  # noqa: ANN001
         cfg = self.config
+        if message.header.trace.run_id not in ("", cfg.run_id):
+            return  # another run's learner or person on a shared broker: not this run's versions
         if isinstance(message, events.PolicyVersion):
             self.announced[message.version] = message
             if message.version % cfg.every_versions == 0:
                 self._enqueue(Job(message.version, SCHEDULE, list(self.sets), [record]), ctx)
             return
-        if message.WhichOneof("command") != "evaluate" or message.header.trace.run_id not in ("", cfg.run_id):
+        if message.WhichOneof("command") != "evaluate":
             return
         asked = list(message.evaluate.sets) or list(self.sets)
         for name in (n for n in asked if n not in self.sets):
