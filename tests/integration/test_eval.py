@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 
 from m1flow.bus import Producer, codec
 from m1flow.bus.topics import CONTROL, EVALS, POLICY, POLICY_KEY
@@ -158,3 +159,68 @@ def test_a_kill_mid_version_redoes_only_what_was_not_published_and_a_replay_give
     for key in ("a/v0", "b/v0"):
         assert outcome(again[key][0]) == outcome(got[key][0]), key
     producer.close()
+
+
+def test_held_out_rows_never_reach_training_and_the_monitor_keeps_one_row_per_result(tmp_path):
+    """The whole loop with the stage beside it: the eval set is rows 0..7 of the training generator
+    itself, so svc_source must drop them (and any row with the same prompt); the learner's versions are
+    evaluated one after another; the monitor stores each result once, even when it arrives again."""
+    from m1flow.bus.lag import GroupLag
+    from m1flow.data.dataset import DatasetConfig, open_source
+    from m1flow.heldout import EvalSetConfig, load_set, prompt_key
+    from m1flow.ops.control_cli import format_report
+    from m1flow.ops.stack import Stack
+    from svc_monitor.client import report
+    from tests.integration.helpers import policy_versions, scored_by_group
+
+    arith = {"generator": "arith", "name": "arith", "seed": 3, "config": {"max_operand": 12}}
+    held = {**arith, "prompts": 8, "samples": 4, "k": [1, 4]}
+    run_settings = tmp_path / "run.json"
+    run_settings.write_text(json.dumps({"sources": [{**arith, "size": 24}], "eval_sets": [held], "max_epochs": 1,
+                                        "group_size": 4, "lead_steps": 2}))
+    heldout = {prompt_key(p) for p in load_set(EvalSetConfig(**held))}
+    training = [r.to_prompt(4) for _, r in open_source(DatasetConfig(**arith, size=24)).records()]
+    kept = [p for p in training if prompt_key(p) not in heldout]
+    assert 8 <= len(training) - len(kept) < 24
+    stack = Stack(tmp_path, run_id="heldout", service_args={
+        "learner": ["--batch-groups", "4", "--algorithm", '{"dynamic_sampling": false}'],
+        "rollout": ["--max-ahead-versions", "0"], "source": ["--config", str(run_settings)],
+        "eval": ["--config", str(run_settings), "--every-versions", "1"], "monitor": ["--dashboard-port", "-1"]})
+    try:
+        stack.start(services=("reward", "learner", "rollout", "source", "eval", "monitor"))  # no sandbox: arith
+        boot = stack.bootstrap
+        wait_for(lambda: len(scored_by_group(boot)) >= len(kept), 240, "every kept prompt scored")
+        wait_for(lambda: max(policy_versions(boot)) >= 2, 120, "two trained versions")
+        wait_for(lambda: {"arith/v0", "arith/v1", "arith/v2"} <= set(by_key(results(boot, "heldout"))), 120,
+                 "v0, v1 and v2 evaluated")
+
+        published = [r["value"] for r in read_range(boot, "prompts")]
+        keys = {prompt_key(json_format.ParseDict(v, events.Prompt())) for v in published}
+        assert not keys & heldout, "a held-out prompt was published for training"
+        assert sorted(v["prompt_id"] for v in published) == sorted(p.prompt_id for p in kept)
+        trained_on = {g[0]["prompt_id"] for g in scored_by_group(boot).values()}
+        assert trained_on <= {v["prompt_id"] for v in published}
+        dropped = metric(stack.get("source"), "m1flow_source_heldout_dropped_total")
+        assert dropped == {'m1flow_source_heldout_dropped_total{source="arith"}': float(len(training) - len(kept))}
+
+        # the monitor: one row per (set, version); the same results arriving again change nothing
+        monitor = stack.get("monitor").grpc_address
+        stored = lambda: {(r.set, r.policy_version): r for r in report(monitor).evals if r.run_id == "heldout"}  # noqa: E731
+        wait_for(lambda: {("arith", v) for v in (0, 1, 2)} <= set(stored()), 60, "the results in the monitor")
+        before = stored()
+        producer = Producer(boot, "test-duplicates")
+        for value in results(boot, "heldout"):
+            again = json_format.ParseDict(value, events.EvalResult())
+            producer.send(EVALS, f"heldout/{again.set}/v{again.policy_version}", again)
+        producer.close()
+        lag = GroupLag(boot, "test-lag")
+        try:
+            wait_for(lambda: lag.lag("m1flow-monitor", "evals") == 0, 60, "the monitor to read the copies")
+        finally:
+            lag.close()
+        after = report(monitor).evals
+        assert len([r for r in after if r.run_id == "heldout"]) == len(stored()) >= len(before)
+        assert all(stored()[key].pass1 == row.pass1 for key, row in before.items())
+        assert "held-out (svc_eval" in format_report(report(monitor))
+    finally:
+        stack.stop()
