@@ -104,6 +104,7 @@ class EvalService(Service):
         self.active: Job | None = None
         self.current: SetRun | None = None  # the active job's set being sampled
         self.newest = -1  # the newest version fully evaluated by this process
+        self.loaded: tuple[int, str, str] | None = None  # (version, uri, sha256) the engine holds
 
     def _check_kinds(self) -> None:
         for name, (_, prompts) in self.sets.items():
@@ -235,8 +236,8 @@ class EvalService(Service):
             self.guard.check(policy)
         except Refused as exc:
             return self._skip(ctx, job.version, "refused", str(exc))
-        if self.engine.version == policy.version:
-            return True
+        if self.loaded == (policy.version, policy.checkpoint_uri, policy.sha256):
+            return True  # held already (another set, or a command for the version just evaluated)
         try:
             directory = self.engine.policies.local(policy.checkpoint_uri)
             present = directory.is_dir() and checkpoint.has_weights(directory)
@@ -244,6 +245,7 @@ class EvalService(Service):
             return self._skip(ctx, job.version, "missing", f"{policy.checkpoint_uri}: {exc!r}")
         if not present:
             return self._skip(ctx, job.version, "missing", f"{policy.checkpoint_uri}: no weights there (rotated away?)")
+        self.loaded = None  # a load that fails part-way leaves the engine holding nothing we can name
         try:
             self.engine.load(policy)
         except checkpoint.PolicyLoadError as exc:
@@ -251,6 +253,7 @@ class EvalService(Service):
             return self._skip(ctx, job.version, reason, str(exc))
         except Exception as exc:  # noqa: BLE001 - no checkpoint may stop the stage
             return self._skip(ctx, job.version, "unreadable", repr(exc))
+        self.loaded = (policy.version, policy.checkpoint_uri, policy.sha256)
         return True
 
     def _skip(self, ctx: Context, version: int, reason: str, why: str) -> bool:
@@ -305,6 +308,9 @@ class EvalService(Service):
             self.stream.throttle(len(self.queue) >= cfg.max_queued_versions)
             self.stream.set_pace(poll_ms=0 if busy else 200)
             self.stream.step()
+            if self.stream.finished:  # a replay of a range (`m1flow replay --service eval`): done
+                log.info("replay range done")
+                return
 
     def shutdown(self) -> None:
         self.stream.close()  # a job part-way stays uncommitted: its unpublished sets are redone after a restart
