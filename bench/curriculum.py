@@ -37,7 +37,7 @@ from m1flow.data.dataset import DatasetConfig, open_source  # noqa: E402
 from ops.demo import rl_lr, warmstart_for  # noqa: E402
 from m1flow.tasks.arith import parse_answer  # noqa: E402
 from ops.warmstart import warm_started_policy  # noqa: E402
-from svc_rollout.engines.base import GroupRequest  # noqa: E402
+from m1flow.engines.base import GroupRequest  # noqa: E402
 
 SOURCES = {"easy": 3, "reach": 12, "hard": 9999}  # name -> max operand
 HELD_OUT_SEED = 777
@@ -109,7 +109,7 @@ def retired_rows(port: int) -> dict[str, int]:
 def held_out(policy: Path, args: argparse.Namespace) -> dict[str, float]:
     """Accuracy per source on `--held-out` fresh items (another seed), G samples each, as in training."""
     from svc_rollout.config import RolloutConfig
-    from svc_rollout.engines import build
+    from m1flow.engines import build
 
     engine = build(RolloutConfig(batch_groups=args.batch, group_size=args.group, device="cpu"))
     engine.load(events.PolicyVersion(version=1, checkpoint_uri=checkpoint.uri_for(policy)))

@@ -22,7 +22,12 @@ A deadline (`--deadline-s`, default sized for the work) bounds the whole run: pa
 SIGINT/SIGTERM, the bench prints what it has and exits 2 with the reason. Broker and services are
 stopped on every exit.
 
+With `--eval-every N` the services side also runs svc_eval (a held-out set of `--eval-prompts` x
+`--eval-samples` of the same generator at another seed, every N-th version), so the two runs' groups
+per minute measure what evaluation costs training; `--services-only` leaves out the in-process side.
+
 Run: PYTHONPATH=. python bench/pipeline.py [--engine native|vllm] [--steps 20] [--batch 16] [--group 8]
+     [--eval-every N --eval-prompts 32 --eval-samples 4] [--services-only]
 """
 from __future__ import annotations
 
@@ -56,7 +61,7 @@ from svc_learner.batching import to_batch  # noqa: E402
 from svc_learner.optim import make_optimizer  # noqa: E402
 from svc_learner.update import TrainConfig, train_on_batch  # noqa: E402
 from svc_rollout.client import ENGINE_NAMES  # noqa: E402
-from svc_rollout.engines.base import GroupRequest  # noqa: E402
+from m1flow.engines.base import GroupRequest  # noqa: E402
 from svc_source.cursor import Cursor  # noqa: E402
 
 SERVICES = ("learner", "reward", "rollout")  # started first; the source last, when the clock starts
@@ -115,10 +120,19 @@ def records() -> Iterator[TaskRecord]:
             yield item
 
 
-def source_settings(path: Path, group: int, batch: int) -> Path:
-    path.write_text(json.dumps({"sources": [DATASET.model_dump(exclude_defaults=True)], "seed": SEED,
-                                "block_rows": BLOCK, "group_size": group, "batch_groups": batch}))
+def source_settings(path: Path, group: int, batch: int, heldout: dict | None = None) -> Path:
+    settings = {"sources": [DATASET.model_dump(exclude_defaults=True)], "seed": SEED,
+                "block_rows": BLOCK, "group_size": group, "batch_groups": batch}
+    if heldout:  # the run's held-out set: svc_eval samples it, svc_source keeps its rows out of training
+        settings["eval_sets"] = [heldout]
+    path.write_text(json.dumps(settings))
     return path
+
+
+def heldout_set(prompts: int, samples: int) -> dict:
+    """The same generator at another seed: what the demo's held-out sets look like."""
+    return {**DATASET.model_dump(exclude_defaults=True), "seed": SEED + 1000, "name": "heldout",
+            "prompts": prompts, "samples": samples}
 
 
 def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int,
@@ -126,7 +140,7 @@ def in_process(policy: Path, engine_name: str, steps: int, batch: int, group: in
     """Generate, score, select (topping up skipped groups), train, checkpoint and reload, `steps` times.
     Fills `out` as it goes, so an early stop still reports the steps done."""
     from svc_rollout.config import RolloutConfig
-    from svc_rollout.engines import build
+    from m1flow.engines import build
 
     engine = build(RolloutConfig(engine=engine_name, batch_groups=batch, group_size=group, device="cpu"))
     engine.load(events.PolicyVersion(version=0, checkpoint_uri=checkpoint.uri_for(policy)))
@@ -252,7 +266,7 @@ def broker_clock(bootstrap: str, steps: int) -> tuple[float, list[float]] | None
 
 
 def services(policy: Path, engine_name: str, steps: int, batch: int, group: int, window: int,
-             deadline: Deadline, out: dict, keep: bool = False) -> None:
+             deadline: Deadline, out: dict, keep: bool = False, evaluation: dict | None = None) -> None:
     """The services as processes, fed by svc_source, until the learner announces version `steps`.
     Fills `out` as it goes; the stack (broker included) is stopped however this returns, and its
     run directory removed unless `keep` (the services' logs: admission and step timelines)."""
@@ -260,28 +274,33 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
     from ops.topics_io import read_range
 
     run = Path(tempfile.mkdtemp(prefix="m1flow-bench-services-"))
-    settings = source_settings(run / "sources.json", group, batch)
-    stack = Stack(run, model=policy, service_args={
+    settings = source_settings(run / "sources.json", group, batch, evaluation and evaluation["set"])
+    service_args = {
         "learner": ["--batch-groups", str(batch), "--train", json.dumps(train_config(policy).model_dump())],
         "rollout": ["--engine", engine_name, "--group-size", str(group), "--max-new-tokens", str(window),
                     "--batch-groups", str(batch), "--device", "cpu"],
-        "source": ["--config", str(settings)]})
+        "source": ["--config", str(settings)]}
+    if evaluation:
+        service_args["eval"] = ["--config", str(settings), "--every-versions", str(evaluation["every"]),
+                                "--engine", engine_name, "--max-new-tokens", str(window), "--device", "cpu"]
+    stack = Stack(run, model=policy, service_args=service_args)
+    measured = (*MEASURED, "eval") if evaluation else MEASURED
     out.update(steps=0, seconds=0.0, cpu={}, wall=0.0)
     procs: dict[str, psutil.Process] = {}
     cpu_before: dict[str, float] = {}
     started = time.perf_counter()
     try:
-        stack.start(services=SERVICES)
+        stack.start(services=(*SERVICES, "eval") if evaluation else SERVICES)
         deadline.check("starting the services")
         started = time.perf_counter()
         stack.start_service("source")
         print(f"services up (broker {stack.bootstrap}); the source publishes, the clock runs", flush=True)
-        procs = {name: psutil.Process(stack.get(name).proc.pid) for name in MEASURED}
+        procs = {name: psutil.Process(stack.get(name).proc.pid) for name in measured}
         cpu_before = {name: cpu_seconds(p) for name, p in procs.items()}
         version, shown = 0, 0
         while version < steps:
             deadline.check(f"services: waiting for v{version + 1} of {steps}")
-            for name in MEASURED:
+            for name in measured:
                 if not stack.get(name).alive():
                     raise RuntimeError(f"svc_{name} exited:\n{stack.get(name).tail()}")
             time.sleep(0.5)
@@ -312,6 +331,10 @@ def services(policy: Path, engine_name: str, steps: int, batch: int, group: int,
                                     for v in sorted(policy_log, key=lambda v: int(v.get("version", 0)))
                                     if int(v.get("version", 0)) >= 1]
                 out["decoded"] = step_sequences(stack.get("rollout").info().get("metrics_port"))
+                if evaluation:
+                    evals = [r["value"] for r in read_range(stack.bootstrap, "evals") if "value" in r]
+                    out["evals"] = [(int(v.get("policy_version", 0)), float(v.get("pass1", 0.0)),
+                                     float(v.get("duration_s", 0.0))) for v in evals]
         except Exception as exc:  # noqa: BLE001 - the clean-up below matters more than these numbers
             print(f"(services: reading the topics after the run failed: {exc})", file=sys.stderr)
         finally:
@@ -341,6 +364,11 @@ def table(args: argparse.Namespace, kafka: dict, local: dict) -> None:
         print(f"| {name} | {r.get('steps', 0)}/{args.steps} | {r.get('steps', 0) * args.batch} | "
               f"{r.get('seconds', 0):.1f} | {rate(r):.1f} | {ratio} | {r.get('groups_scored', 0)} | {skipped} | "
               f"{r.get('accuracy', 0):.3f} |")
+    if kafka.get("evals") is not None:
+        done = sorted(kafka["evals"])
+        print(f"\nsvc_eval: {len(done)} results (versions {', '.join(str(v) for v, _, _ in done)}), "
+              f"{sum(d for _, _, d in done):.1f} s sampling and scoring in all; pass@1 "
+              f"{', '.join(f'v{v} {p:.3f}' for v, p, _ in done)}")
     if kafka:
         print(f"\nservices: {kafka.get('groups_scored', 0)} groups scored by the end (rollouts run ahead); "
               f"learner skips by reason {kafka.get('skips', {})}; {kafka.get('dropped_stale', 0)} samples "
@@ -387,7 +415,13 @@ def main() -> None:
                     help="stop, print what was measured and exit 2 after this many seconds "
                          "(default: 600 + 1 s per sample of the work: start-up takes minutes on 2 loaded cores)")
     ap.add_argument("--keep", action="store_true", help="keep the services' run directory (their logs) and say where")
+    ap.add_argument("--eval-every", type=int, default=0, help="also run svc_eval, every N-th version (0: not)")
+    ap.add_argument("--eval-prompts", type=int, default=32)
+    ap.add_argument("--eval-samples", type=int, default=4)
+    ap.add_argument("--services-only", action="store_true", help="leave out the in-process side")
     args = ap.parse_args()
+    evaluation = {"every": args.eval_every, "set": heldout_set(args.eval_prompts, args.eval_samples)} \
+        if args.eval_every else None
     deadline = Deadline(args.deadline_s or default_deadline(args.steps, args.batch, args.group))
     on_signals(deadline)
     torch.set_num_threads(1)
@@ -400,8 +434,10 @@ def main() -> None:
         print(f"{args.engine} engine, {args.steps} steps x {args.batch} groups x {args.group} samples, window "
               f"{args.window}, lr {rl_lr(policy)}, deadline {deadline.seconds:.0f}s, load average "
               f"{', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
-        services(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, kafka, args.keep)
-        in_process(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, local)
+        services(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, kafka, args.keep,
+                 evaluation)
+        if not args.services_only:
+            in_process(policy, args.engine, args.steps, args.batch, args.group, args.window, deadline, local)
     except Stopped as exc:
         reason = str(exc)
     finally:

@@ -2,7 +2,7 @@
 
 Part 1, engines side by side on the same prompts (chat-formatted arithmetic prompts, n samples each,
 temperature 1, top-p 0.95, every token's log-prob returned): vLLM and transformers' `generate` on the
-same small Qwen2, and vLLM (the out-of-tree model, svc_rollout.engines.vllm_hybrid) and the native
+same small Qwen2, and vLLM (the out-of-tree model, m1flow.engines.vllm_hybrid) and the native
 engine on the hybrid model of about the same size (`generate` does not run ours). Models are freshly
 initialised, so samples run to the token budget (the decode regime) instead of stopping after a few
 tokens as the warm-started ones do.
@@ -31,7 +31,7 @@ from m1flow.contracts import events  # noqa: E402
 from m1flow.tasks.arith import problems  # noqa: E402
 from m1flow.tokenizer import build_tokenizer  # noqa: E402
 from ops.warmstart import WarmStartConfig, build_model  # noqa: E402
-from svc_rollout.engines.base import Engine, GroupRequest  # noqa: E402
+from m1flow.engines.base import Engine, GroupRequest  # noqa: E402
 
 NO_TRUNCATION = 1_000_000
 
@@ -64,9 +64,9 @@ def engine_run(engine: Engine, texts: list[str], n: int, tokens: int, tag: str, 
 
 
 def engines(models: dict[str, Path], texts: list[str], n: int, tokens: int) -> list[tuple[str, str, int, dict]]:
-    from svc_rollout.engines.hf import HFEngine
-    from svc_rollout.engines.native import NativeEngine
-    from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
+    from m1flow.engines.hf import HFEngine
+    from m1flow.engines.native import NativeEngine
+    from m1flow.engines.vllm_engine import VllmEngine, VllmSettings
 
     plan = [("vllm", "qwen2", lambda: VllmEngine(VllmSettings(max_num_seqs=len(texts) * n), threads=1)),
             ("hf", "qwen2", lambda: HFEngine(batch_groups=len(texts), group_size=n, device="cpu")),
@@ -94,7 +94,7 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
     from kafka import KafkaConsumer
 
     from ops.launcher import launch
-    from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
+    from m1flow.engines.vllm_engine import VllmEngine, VllmSettings
 
     bare = VllmEngine(VllmSettings(max_num_seqs=window * n), threads=1)
     bare.load(announce(model))

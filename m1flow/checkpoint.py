@@ -6,7 +6,7 @@ chat template, `generation_config.json`. Any causal LM of that form loads throug
 Auto classes (the hybrid model registers itself with them). A hybrid policy also carries
 self-contained modeling files and an `auto_map` (m1flow.model.remote_code), so it opens in plain
 transformers with `trust_remote_code=True` where m1flow is not installed; vLLM opens it through
-the out-of-tree model in svc_rollout.engines.vllm_hybrid. transformers' own MiniMax directories
+the out-of-tree model in m1flow.engines.vllm_hybrid. transformers' own MiniMax directories
 load as the hybrid model (m1flow.model.interop), or are refused where the two differ in meaning. A learner checkpoint is a policy plus what resuming needs:
 `optimizer.pt` and `learner_state.json` (version, step, the Kafka offsets consumed, the groups
 applied and those skipped as having nothing to teach). Checkpoints are written atomically (temp dir

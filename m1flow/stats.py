@@ -2,6 +2,8 @@
 
 The reward service fits a judge's length preference with `fit_logistic` when it recalibrates; the
 monitor fits the same model to decide whether a recalibration is due, so the two numbers compare.
+svc_eval reports held-out pass@k with `pass_at_k` and the interval of pass@1 with
+`bootstrap_interval`; whoever reads its per-prompt counts back gets the same numbers from them.
 """
 from __future__ import annotations
 
@@ -48,3 +50,38 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
         return None
     return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chen et al. (2021)'s unbiased pass@k of one prompt with n samples, c of them correct:
+    1 - C(n-c, k) / C(n, k), the chance that k samples drawn without replacement from the n hold a
+    correct one, in their numerically stable product form. Needs k <= n."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def mean_pass_at_k(judged: list[int], correct: list[int], k: int) -> float | None:
+    """pass@k averaged over the prompts with at least k judged samples; None when none has."""
+    values = [pass_at_k(n, c, k) for n, c in zip(judged, correct) if n >= k]
+    return float(np.mean(values)) if values else None
+
+
+def bootstrap_interval(rates: list[float], resamples: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the mean of per-prompt rates, resampling prompts with replacement.
+
+    Why prompts and not samples: the samples of one prompt share its difficulty, so they are not
+    independent draws; a binomial (Wilson) interval over all samples would be too narrow by the
+    design effect. A fixed seed makes the interval a function of the rates, as the rest of the
+    result is. With every prompt at the same rate (all wrong, say) the interval is that point."""
+    values = np.asarray(rates, dtype=float)
+    if values.size == 0:
+        raise ValueError("an interval needs at least one prompt")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)

@@ -35,10 +35,12 @@ ACLS: dict[str, Grants] = {
     "learner": Grants(read=("scored",), write=("policy", *OUT)),
     "rollout": Grants(read=("prompts", "policy", "control"), write=("rollouts", *OUT), describe=("scored",),
                       describe_groups=("m1flow-reward", "m1flow-learner")),
-    "monitor": Grants(read=("rollouts", "scored", "metrics", "control", "dlq", "policy"),
+    "monitor": Grants(read=("rollouts", "scored", "metrics", "control", "dlq", "policy", "evals"),
                       write=("control", *OUT), describe_group_prefix="m1flow-"),
     "source": Grants(read=("prompts", "policy", "control", "source_state"),
                      write=("prompts", "source_state", "dlq"), describe_groups=("m1flow-rollout",)),
+    # follows `policy` and `control` as its group; reads `evals` back on start (what it published already)
+    "eval": Grants(read=("policy", "control", "evals"), write=("evals", *OUT)),
 }
 
 

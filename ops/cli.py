@@ -187,12 +187,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     service_args = {"rollout": ["--engine", args.engine]}
     if args.sources:  # the prompt source runs only when given its datasets
-        from ops.sources_file import SourcesFileError, resolved_sources
+        from ops.sources_file import SourcesFileError, has_eval_sets, resolved_sources
 
         try:  # relative dataset paths are the file's, not the repository root's (where services run)
-            service_args["source"] = ["--config", str(resolved_sources(args.sources, args.run_dir))]
+            resolved = resolved_sources(args.sources, args.run_dir)
         except SourcesFileError as exc:
             raise CliError(str(exc)) from None
+        service_args["source"] = ["--config", str(resolved)]
+        if has_eval_sets(resolved):  # held-out sets: svc_eval reads the same file (svc_source drops their rows)
+            service_args["eval"] = ["--config", str(resolved)]
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
                   service_args=service_args, secure=args.secure)
     supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
@@ -339,7 +342,8 @@ def _stack_parsers(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--secure", action="store_true",
                    help="TLS with a certificate per service and least-privilege ACLs (docs/security.md)")
     u.add_argument("--sources", help="a YAML/JSON file of svc_source settings (a `sources:` list of datasets "
-                                     "and generators; relative paths are the file's); starts the prompt source")
+                                     "and generators; relative paths are the file's); starts the prompt source, and "
+                                     "svc_eval when it lists held-out sets (`eval_sets:`)")
     u.add_argument("--restart-policy", help='JSON overrides, e.g. \'{"unhealthy_restart_s": 60}\'')
     _model_flags(u)
     u.set_defaults(func=cmd_up)

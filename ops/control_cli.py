@@ -1,5 +1,5 @@
-"""`m1flow control recalibrate|window N|mixture ...|pause|resume` and `m1flow report`: a person's hand
-on the loop.
+"""`m1flow control recalibrate|window N|mixture ...|evaluate --version N|pause|resume` and `m1flow
+report`: a person's hand on the loop.
 
 A command goes on `control` like the monitor's own, with evidence that says who sent it (rule
 "manual", decided_by "cli:<user>"), so svc_reward, svc_rollout and svc_source follow it and
@@ -73,7 +73,7 @@ def mixture_text(weights: dict, levels: dict, stage: str) -> str:  # noqa: ANN00
 
 def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str | None = None,  # noqa: ANN201
                     weights: dict[str, float] | None = None, levels: dict[str, int] | None = None,
-                    stage: str = ""):
+                    stage: str = "", version: int = -1, sets: list[str] | None = None):
     """The Control message a person's command becomes."""
     from m1flow.bus import codec
     from m1flow.contracts import events
@@ -90,6 +90,11 @@ def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str
         msg.set_mixture.weights.update(weights or {})
         msg.set_mixture.levels.update(levels or {})
         msg.set_mixture.stage = stage
+    elif action == "evaluate":
+        if version < 0:
+            raise ValueError("evaluate needs --version N (a policy version the learner announced)")
+        msg.evaluate.version = version
+        msg.evaluate.sets.extend(sets or [])
     elif action in ("pause", "resume"):
         getattr(msg, action).SetInParent()
     else:
@@ -104,7 +109,8 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
 
     msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0),
                           weights=dict(getattr(args, "weight", None) or []),
-                          levels=dict(getattr(args, "level", None) or []), stage=getattr(args, "stage", ""))
+                          levels=dict(getattr(args, "level", None) or []), stage=getattr(args, "stage", ""),
+                          version=getattr(args, "version", -1), sets=getattr(args, "set", None))
     command = msg.WhichOneof("command")
     producer = Producer(bootstrap, "m1flow-cli")
     try:
@@ -115,6 +121,8 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
     if command == "set_mixture":
         m = msg.set_mixture
         detail = f" ({mixture_text(dict(m.weights), dict(m.levels), m.stage)})"
+    if command == "evaluate":
+        detail = f" v{msg.evaluate.version} ({', '.join(msg.evaluate.sets) or 'every set'})"
     print(f"sent {command}{detail} on control (message {msg.header.message_id})")
     return 0
 
@@ -141,6 +149,33 @@ def source_lines(rep, versions: int = SOURCE_VERSIONS) -> list[str]:  # noqa: AN
         f"{opt(r, 'samples_per_min', '.1f'):>11}" for r in shown]
 
 
+HELDOUT_VERSIONS = 6  # policy versions per held-out set `m1flow report` prints (the first, and the newest)
+
+
+def heldout_lines(rep, versions: int = HELDOUT_VERSIONS) -> list[str]:  # noqa: ANN001 - rpc.MonitorReport
+    """svc_eval's held-out pass@1 per set with its 95% interval, pass@k and mean length: the first
+    version evaluated and the newest ones."""
+    if not rep.evals:
+        return []
+    lines = ["", "held-out (svc_eval; pass@1 with its 95% interval, bootstrap over prompts):",
+             "set                  | policy version | prompts x samples | pass@1 [95% interval] | pass@k              "
+             "| mean length"]
+    by_set: dict[str, list] = {}
+    for row in rep.evals:
+        by_set.setdefault(row.set, []).append(row)
+    for name, rows in by_set.items():
+        rows = sorted(rows, key=lambda r: r.policy_version)
+        shown = rows if len(rows) <= versions else [rows[0], None, *rows[-(versions - 1):]]
+        for r in shown:
+            if r is None:
+                lines.append(f"{name[:20]:<20} | ... {len(rows) - versions} version(s) between (see the dashboard)")
+                continue
+            ks = " ".join(f"@{k} {v:.3f}" for k, v in sorted(r.pass_at_k.items()) if k != 1) or "-"
+            lines.append(f"{r.set[:20]:<20} | {r.policy_version:>14} | {f'{r.prompts} x {r.samples}':>17} | "
+                         f"{r.pass1:.3f} [{r.pass1_low:.3f}, {r.pass1_high:.3f}] | {ks:<19} | {r.mean_length:>11.2f}")
+    return lines
+
+
 def curriculum_line(c) -> str:  # noqa: ANN001 - rpc.CurriculumState
     """The curriculum's stage and mixture in force, one line."""
     if not c.stages and not c.levels and not c.weights:
@@ -163,6 +198,7 @@ def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorRepo
     lines += [f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} | "
               f"{r.accuracy:>8.3f} | {r.mean_length:>11.2f}" for r in shown]
     lines += source_lines(rep)
+    lines += heldout_lines(rep)
     if rep.signals:
         lines += ["", "newest signals:"] + [f"  {k} = {v:.4g}" for k, v in sorted(rep.signals.items())]
     lines += ["", "alerts (active first):" if rep.alert_log else "alerts: none"]
@@ -201,7 +237,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argparse.Namespace], str]) -> None:
     """The `control` and `report` subcommands (cli.py calls this once)."""
-    c = sub.add_parser("control", help="send recalibrate, window N, mixture, pause or resume on `control`")
+    c = sub.add_parser("control", help="send recalibrate, window N, mixture, evaluate, pause or resume on `control`")
     actions = c.add_subparsers(dest="action", required=True)
     reason = argparse.ArgumentParser(add_help=False)
     reason.add_argument("--reason", default="requested by hand", help="recorded with the command")
@@ -218,6 +254,10 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argpars
                    help="a generator source's difficulty level (repeatable)")
     m.add_argument("--stage", default="", help="the curriculum stage this mixture is (the monitor continues "
                                               "the schedule from it)")
+    e = actions.add_parser("evaluate", parents=[reason],
+                           help="evaluate a policy version on the held-out sets (svc_eval), besides its schedule")
+    e.add_argument("--version", type=int, required=True, help="the policy version (as announced on `policy`)")
+    e.add_argument("--set", action="append", metavar="NAME", help="a held-out set (repeatable; default: every set)")
     actions.add_parser("pause", parents=[reason], help="stop taking new prompts (svc_rollout)")
     actions.add_parser("resume", parents=[reason], help="take prompts again (svc_rollout)")
     c.set_defaults(func=lambda args: cmd_control(args, bootstrap_of(args)))

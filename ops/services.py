@@ -15,6 +15,7 @@ class Service:
     name: str  # `m1flow svc NAME`, `--replicas NAME=N`, process and log names, chaos targets
     cluster_chaos: bool = True  # `docker kill`ed by the cluster's chaos run (the local one hits every service)
     on_demand: bool = False  # started only when given its settings (the prompt source: its datasets)
+    setting: str = ""  # on demand: the setting that turns it on, also as M1FLOW_<SETTING> (sources, eval_sets)
 
     @property
     def module(self) -> str:
@@ -32,7 +33,11 @@ SERVICES: tuple[Service, ...] = (
     Service("reward"),
     Service("learner"),
     Service("rollout"),
-    Service("source", cluster_chaos=False, on_demand=True),  # after the learner: its batch sizes the lead
+    Service("source", cluster_chaos=False, on_demand=True, setting="sources"),  # after the learner: its batch
+    # sizes the lead
+    # after the learner, whose `policy` it evaluates; on demand in compose too (profile eval), so its faults
+    # are the local chaos run's
+    Service("eval", cluster_chaos=False, on_demand=True, setting="eval_sets"),
     Service("monitor", cluster_chaos=False),  # observes the loop; the cluster's chaos breaks the loop itself
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in SERVICES)

@@ -1,4 +1,5 @@
-"""The prompt source's settings file as `m1flow up --sources FILE` hands it to svc_source.
+"""The run's settings file as `m1flow up --sources FILE` hands it to svc_source (and, when it lists
+`eval_sets:`, to svc_eval: both read the one list of held-out sets).
 
 Why a copy: the services run from the repository root (ops/launcher.py), so a dataset path
 written relative in the user's file would be looked up there, not beside the file. Each relative
@@ -32,18 +33,26 @@ def load_settings(path: Path) -> dict[str, Any]:
 
 
 def with_absolute_paths(settings: dict[str, Any], base: Path) -> dict[str, Any]:
-    """The settings with every relative dataset `path` joined to `base` (generators untouched)."""
-    sources = settings.get("sources")
-    entries = [sources] if isinstance(sources, dict) else sources
-    if not isinstance(entries, list):
-        return settings  # svc_source names what is wrong with it
-    resolved = []
-    for entry in entries:
-        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
-            path = Path(entry["path"]).expanduser()
-            entry = {**entry, "path": str(path if path.is_absolute() else (base / path).resolve())}
-        resolved.append(entry)
-    return {**settings, "sources": resolved}
+    """The settings with every relative dataset `path` of `sources` and `eval_sets` joined to `base`
+    (generators untouched)."""
+    out = dict(settings)
+    for key in ("sources", "eval_sets"):
+        entries = [settings[key]] if isinstance(settings.get(key), dict) else settings.get(key)
+        if not isinstance(entries, list):
+            continue  # absent, or the service names what is wrong with it
+        resolved = []
+        for entry in entries:
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
+                path = Path(entry["path"]).expanduser()
+                entry = {**entry, "path": str(path if path.is_absolute() else (base / path).resolve())}
+            resolved.append(entry)
+        out[key] = resolved
+    return out
+
+
+def has_eval_sets(path: str | Path) -> bool:
+    """Whether a (resolved) settings file lists held-out sets: then `m1flow up` starts svc_eval too."""
+    return bool(load_settings(Path(path)).get("eval_sets"))
 
 
 def resolved_sources(path: str | Path, run_dir: str | Path) -> Path:

@@ -87,11 +87,11 @@ class Stack:
         return args
 
     def configured(self, name: str) -> bool:
-        """Whether a service runs in this stack: the on-demand ones (the prompt source) only when
-        given settings (flags here, or its `M1FLOW_SOURCES` in the environment)."""
+        """Whether a service runs in this stack: the on-demand ones (the prompt source, svc_eval) only
+        when given settings (flags here, or their `M1FLOW_SOURCES` / `M1FLOW_EVAL_SETS` in the environment)."""
         if name not in ON_DEMAND:
             return True
-        return bool(self.service_args.get(name)) or f"M1FLOW_{name.upper()}S" in os.environ
+        return bool(self.service_args.get(name)) or f"M1FLOW_{service(name).setting.upper()}" in os.environ
 
     def start_service(self, name: str, replica: int = 0, wait: bool = True) -> ServiceProcess:
         entry = [sys.executable, "-m", "ops.tethered", str(os.getpid()), service(name).module] \

@@ -10,8 +10,8 @@ from m1flow.accounting import scored_kind, source_of
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 from m1flow.status import status_of
-from svc_monitor.schema import (DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow, PolicyRow,
-                                RolloutRow)
+from svc_monitor.schema import (DeadLetterRow, DecisionRow, EvalRow, GenRMSampleRow, GroupRow, MetricRow,
+                                PolicyRow, RolloutRow)
 from svc_monitor.store import ScoredGroupRows
 
 def infra_failed(sample: events.ScoredSample) -> bool:
@@ -91,3 +91,13 @@ def decision_row(control: events.Control, version: int) -> DecisionRow:
                        reason=reason, evidence=evidence_dict(control.evidence), version=version,
                        weights=dict(mixture.weights) if mixture else None,
                        levels=dict(mixture.levels) if mixture else None, stage=mixture.stage if mixture else "")
+
+
+def eval_row(result: events.EvalResult, ts_ms: int) -> EvalRow:
+    """svc_eval's result for one (run, set, version); pass@k keyed by k as a string (JSON)."""
+    return EvalRow(run_id=result.run_id, set_name=result.set, policy_version=result.policy_version,
+                   prompts=result.prompts, samples=result.samples, judged=result.judged, correct=result.correct,
+                   pass1=result.pass1, pass1_low=result.pass1_low, pass1_high=result.pass1_high,
+                   pass_at_k={str(k): v for k, v in sorted(result.pass_at_k.items())},
+                   mean_length=result.mean_length, mean_reward=result.mean_reward, duration_s=result.duration_s,
+                   message_id=result.header.message_id, ts_ms=ts_ms)

@@ -86,6 +86,7 @@ class Controller:
                 self.dirty = self.dirty or bool(started.commands)
                 out.extend(started)
             while (groups := self.next_group_window()) is not None:
+                self.curriculum.heldout = self.store.latest_heldout(self.cfg.run_id)  # heldout_pass1 (svc_eval)
                 out.extend(self.curriculum.evaluate(groups, act=self._fresh(max(g.ts_ms for g in groups))))
                 self.dirty = True
         while (rows := self.next_genrm_window()) is not None:

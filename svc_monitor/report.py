@@ -1,5 +1,5 @@
-"""Monitor.Report: the version table, the alert log, the decisions, the window stage and the newest
-signals, in one reply (what `m1flow report` prints and the demo reads)."""
+"""Monitor.Report: the version table, the alert log, the decisions, the window stage, the newest
+signals and svc_eval's held-out results, in one reply (what `m1flow report` prints and the demo reads)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,7 +32,17 @@ def build_report(store: Store, controller: Controller, dashboard_url: str, max_e
                              stage=controller.window.stage, dashboard_url=dashboard_url,
                              signals=store.latest_signals(),
                              source_rows=[rpc.SourceRow(**_unset_none(row)) for row in store.by_source()],
-                             curriculum=curriculum_state(controller))
+                             curriculum=curriculum_state(controller), evals=eval_rows(store))
+
+
+def eval_rows(store: Store) -> list[rpc.EvalRow]:
+    """The held-out results, by set then version (pass@k keyed by k again)."""
+    return [rpc.EvalRow(set=r["set_name"], policy_version=r["policy_version"], prompts=r["prompts"],
+                        samples=r["samples"], judged=r["judged"], correct=r["correct"], pass1=r["pass1"],
+                        pass1_low=r["pass1_low"], pass1_high=r["pass1_high"],
+                        pass_at_k={int(k): v for k, v in (r["pass_at_k"] or {}).items()},
+                        mean_length=r["mean_length"], duration_s=r["duration_s"], run_id=r["run_id"])
+            for r in store.evals()]
 
 
 def mixture_proto(decision: dict) -> events.SetMixture | None:

@@ -18,10 +18,13 @@ Signals are computed per window of scored groups (`CurriculumConfig.window_group
   T, `above T` when the lower bound is over it. A plateau is `accuracy_gain below T for N windows`:
   over the last N windows, accuracy is shown to rise by less than T per window; when it truly rises
   by T or more, that is concluded on a given window with a chance of at most 1 - confidence;
-* `stage_windows`: windows evaluated in the stage, this one included.
+* `stage_windows`: windows evaluated in the stage, this one included;
+* `heldout_pass1` of a source: svc_eval's pass@1 on the held-out set of the same name (name a set
+  after the source it measures) for the newest policy version evaluated when the window closes (no
+  value before the first result); it moves only as new versions are evaluated.
 A gain signal is a trend over a series of estimates (`SignalSpec.series`); another series (held-out
-pass@1 per set, from an evaluation stage) plugs in by registering a signal with its series name
-and passing its estimates to `CurriculumRule.evaluate(extra=...)`.
+pass@1 per set with its counts) plugs in by registering a signal with its series name and passing
+its estimates to `CurriculumRule.evaluate(extra=...)`.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class WindowFacts:
 
     accuracy: dict[str, float] = field(default_factory=dict)  # source -> accuracy (enough verdicts only)
     stage_windows: int = 0
+    heldout_pass1: dict[str, float] = field(default_factory=dict)  # eval set -> newest held-out pass@1 (svc_eval)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ SIGNALS.add("accuracy_gain", SignalSpec(-1.0, 1.0, True, None,
                                         "the slope of the source's accuracy per window over its last `windows` + 1 "
                                         "windows (same stage and level), tested by its confidence bound",
                                         series="accuracy"))
+SIGNALS.add("heldout_pass1", SignalSpec(0.0, 1.0, True, lambda w, s: w.heldout_pass1.get(s),
+                                        "svc_eval's pass@1 on the held-out set named like the source, newest version"))
 SIGNALS.add("stage_windows", SignalSpec(0.0, math.inf, False, lambda w, _s: float(w.stage_windows),
                                         "windows evaluated in the stage, this one included"))
 
@@ -87,7 +93,7 @@ class Condition(BaseModel):
     On a gain signal, `windows` is the span of the trend (its last `windows` gains) and the
     thresholds are compared with its confidence bounds at `confidence` (module docstring)."""
 
-    signal: str = Field(description="a curriculum signal: accuracy, accuracy_gain, stage_windows")
+    signal: str = Field(description="a curriculum signal: accuracy, accuracy_gain, heldout_pass1, stage_windows")
     sources: list[str] = Field([], description="sources it is tested on (per-source signals)")
     above: float | None = Field(None, description="holds while the value (a gain: its lower bound) is above this")
     below: float | None = Field(None, description="holds while the value (a gain: its upper bound) is below this")

@@ -6,7 +6,7 @@ PRIMARY KEY autoincrements; times are epoch milliseconds in BIGINT.
 """
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -140,3 +140,28 @@ class StateRow(Base):
     __tablename__ = "controller_state"
     key: Mapped[str] = mapped_column(String, primary_key=True)
     value: Mapped[dict] = mapped_column(JSON)
+
+
+class EvalRow(Base):
+    """One held-out result of svc_eval (revision 0005): (run, set, version) is unique, so a result
+    published again (a restart, a replay, a duplicate on the topic) replaces its row, never adds one."""
+
+    __tablename__ = "evals"
+    __table_args__ = (UniqueConstraint("run_id", "set_name", "policy_version", name="uq_evals_run_set_version"),)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String)
+    set_name: Mapped[str] = mapped_column(String, index=True)
+    policy_version: Mapped[int] = mapped_column(BigInteger, index=True)
+    prompts: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)
+    judged: Mapped[int] = mapped_column(Integer)
+    correct: Mapped[int] = mapped_column(Integer)
+    pass1: Mapped[float] = mapped_column(Float)
+    pass1_low: Mapped[float] = mapped_column(Float)
+    pass1_high: Mapped[float] = mapped_column(Float)
+    pass_at_k: Mapped[dict] = mapped_column(JSON)  # "k" -> value (JSON keys are strings)
+    mean_length: Mapped[float] = mapped_column(Float)
+    mean_reward: Mapped[float] = mapped_column(Float)
+    duration_s: Mapped[float] = mapped_column(Float)
+    message_id: Mapped[str] = mapped_column(String, default="")
+    ts_ms: Mapped[int] = mapped_column(BigInteger)

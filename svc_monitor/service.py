@@ -1,5 +1,5 @@
-"""svc_monitor: reads every topic, keeps the run's history in SQL, closes the control loops and
-serves the dashboard and Monitor.Report.
+"""svc_monitor: reads every topic (svc_eval's held-out results on `evals` too), keeps the run's history
+in SQL, closes the control loops and serves the dashboard and Monitor.Report.
 
 Each poll's records become rows written in one transaction; then the decision rules run over the
 windows completed since the last poll and what they decide goes out on `control` and `metrics`
@@ -15,7 +15,7 @@ import grpc
 from kafka.errors import KafkaError
 
 from m1flow.bus import Context, HandlerBase, Record
-from m1flow.bus.topics import CONTROL, DLQ, METRICS, POLICY, ROLLOUTS, SCORED
+from m1flow.bus.topics import CONTROL, DLQ, EVALS, METRICS, POLICY, ROLLOUTS, SCORED
 from m1flow.contracts import events, rpc_grpc
 from m1flow.runtime.service import Service
 from svc_monitor import adapters
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class MonitorHandler(HandlerBase):
-    topics = (ROLLOUTS, SCORED, METRICS, CONTROL, DLQ, POLICY)
+    topics = (ROLLOUTS, SCORED, METRICS, CONTROL, DLQ, POLICY, EVALS)
 
     def __init__(self, monitor: MonitorService) -> None:
         self.monitor = monitor
@@ -60,6 +60,8 @@ class MonitorHandler(HandlerBase):
                 log.exception("could not record dead letter %s", record.position)
         elif isinstance(message, events.PolicyVersion):
             b.policies.append(adapters.policy_row(message, ts))
+        elif isinstance(message, events.EvalResult):
+            b.evals.append(adapters.eval_row(message, ts))
 
     def tick(self, ctx: Context) -> None:
         monitor = self.monitor

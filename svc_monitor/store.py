@@ -19,7 +19,7 @@ from sqlalchemy import Engine, case, create_engine, delete, event, func, inspect
 from sqlalchemy.orm import Session
 
 from svc_monitor.aggregates import Aggregates
-from svc_monitor.schema import (AlertRow, DeadLetterRow, DecisionRow, GenRMSampleRow, GroupRow, MetricRow,
+from svc_monitor.schema import (AlertRow, DeadLetterRow, DecisionRow, EvalRow, GenRMSampleRow, GroupRow, MetricRow,
                                 PolicyRow, RolloutRow, SignalRow, StateRow)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -48,9 +48,11 @@ class Batch:
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     policies: list[PolicyRow] = field(default_factory=list)
     decisions: list[DecisionRow] = field(default_factory=list)
+    evals: list[EvalRow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return any((self.groups, self.rollouts, self.metrics, self.dead_letters, self.policies, self.decisions))
+        return any((self.groups, self.rollouts, self.metrics, self.dead_letters, self.policies, self.decisions,
+                    self.evals))
 
 
 @dataclass(frozen=True)
@@ -159,10 +161,26 @@ class Store(Aggregates):
                 if row.version not in known:
                     known.add(row.version)
                     session.add(row)
+            for row in batch.evals:
+                self._upsert_eval(session, row)
             session.add_all(batch.metrics)
             session.add_all(batch.dead_letters)
             session.commit()
         return Written(groups, decisions)
+
+    @staticmethod
+    def _upsert_eval(session: Session, row: EvalRow) -> None:
+        """One row per (run, set, version): a result seen again replaces the stored one (the same
+        numbers when svc_eval redid it: its sampling is seeded), never adds a second."""
+        stored = session.scalar(select(EvalRow).where(EvalRow.run_id == row.run_id, EvalRow.set_name == row.set_name,
+                                                      EvalRow.policy_version == row.policy_version))
+        if stored is None:
+            session.add(row)
+            session.flush()  # a second copy in the same batch finds this one
+            return
+        for column in EvalRow.__table__.columns.keys():
+            if column != "id":
+                setattr(stored, column, getattr(row, column))
 
     def add_signals(self, rows: list[SignalRow]) -> None:
         with Session(self.engine) as session:
@@ -273,6 +291,24 @@ class Store(Aggregates):
         with Session(self.engine) as session:
             rows = session.scalars(select(SignalRow).where(SignalRow.id.in_(newest))).all()
         return {(f"{r.name}[{r.subject}]" if r.subject else r.name): r.value for r in rows}
+
+    def evals(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Held-out results (svc_eval), by set then policy version; `run_id`: that run's only."""
+        query = select(EvalRow).order_by(EvalRow.set_name, EvalRow.policy_version)
+        if run_id is not None:
+            query = query.where(EvalRow.run_id == run_id)
+        with Session(self.engine) as session:
+            return [_as_dict(r) for r in session.scalars(query).all()]
+
+    def latest_heldout(self, run_id: str) -> dict[str, float]:
+        """Set -> held-out pass@1 of the newest policy version of run `run_id` evaluated on it."""
+        mine = EvalRow.run_id == run_id
+        newest = (select(EvalRow.set_name, func.max(EvalRow.policy_version).label("v"))
+                  .where(mine).group_by(EvalRow.set_name).subquery())
+        query = select(EvalRow.set_name, EvalRow.pass1).where(mine).join(
+            newest, (EvalRow.set_name == newest.c.set_name) & (EvalRow.policy_version == newest.c.v))
+        with Session(self.engine) as session:
+            return {name: value for name, value in session.execute(query).all()}
 
     def decisions(self, limit: int = 50) -> list[dict[str, Any]]:
         """Newest first."""

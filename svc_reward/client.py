@@ -33,6 +33,13 @@ class LocalScorer:
     def __init__(self, config: RewardConfig | None = None) -> None:
         self._registry = ScorerRegistry(config or RewardConfig())
 
+    def prepare(self, kind: str) -> None:
+        """Make the scorer of `kind` (a VerifierSpec kind, `logic:sudoku` or `logic`) now; a ValueError
+        says why this process cannot score it (an unknown kind, naming the known ones; a kind that
+        needs a sandbox address or a judge it was not given). A tool checks its inputs with it at
+        start-up instead of scoring every sample JUDGE_ERROR later."""
+        self._registry.scorer(kind.split(":", 1)[0])
+
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         return self._registry.score(response, spec)
 

@@ -5,7 +5,7 @@ import grpc
 
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.security import grpc_tls as tls
-from svc_rollout.engines import ENGINES
+from m1flow.engines import ENGINES
 
 ENGINE_NAMES: tuple[str, ...] = ENGINES.names()  # what `--engine` accepts (m1flow up, the demo, bench)
 

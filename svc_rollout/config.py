@@ -4,14 +4,14 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from m1flow.runtime.config import ServiceConfig
-from svc_rollout.engines import ENGINES
-from svc_rollout.engines.vllm_engine import VllmSettings
+from m1flow.engines import ENGINES
+from m1flow.engines.vllm_engine import VllmSettings
 
 
 class RolloutConfig(ServiceConfig):
     """svc_rollout: samples G completions per prompt with the current policy."""
 
-    engine: str = Field(  # a name in svc_rollout.engines.ENGINES
+    engine: str = Field(  # a name in m1flow.engines.ENGINES
         "native", description="native: the hybrid model's own decoding; hf: transformers generate; vllm: production")
     device: str = Field("auto", description="native/hf engines: auto (CUDA where present), cpu, cuda:N")
     group_size: int = Field(8, description="completions per prompt when the prompt does not say")

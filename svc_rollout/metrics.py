@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 if TYPE_CHECKING:
     from m1flow.bus import Context
     from svc_rollout.backpressure import Backpressure
-    from svc_rollout.engines.base import Engine
+    from m1flow.engines.base import Engine
 
 TOKENS = Counter("m1flow_rollout_tokens_total", "tokens generated")
 GROUPS = Counter("m1flow_rollout_groups_total", "groups generated")

@@ -1,29 +1,16 @@
 """A finished group as the records it becomes: one Rollout per completion, tagged with the policy that
-sampled it, and what of its prompt the engine and the verifiers read."""
+sampled it."""
 from __future__ import annotations
 
 import logging
 
-from m1flow import chat
 from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.runtime import logs
-from svc_rollout.engines.base import Engine, GroupResult
+from m1flow.engines.base import Engine, GroupResult
+from m1flow.engines.prompts import prompt_text
 
 log = logging.getLogger(__name__)
-
-
-def prompt_input(prompt: events.Prompt) -> chat.PromptInput:
-    """What the engine tokenizes: the whole conversation when the prompt carries one, else its text."""
-    return chat.conversation(prompt.messages) if prompt.messages else prompt.text
-
-
-def prompt_text(prompt: events.Prompt) -> str:
-    """The Rollout's prompt_text (what verifiers and judges read): the text, else the last user turn."""
-    if prompt.text or not prompt.messages:
-        return prompt.text
-    users = [m.content for m in prompt.messages if m.role == "user"]
-    return users[-1] if users else prompt.messages[-1].content
 
 
 def rollouts_for(prompt: events.Prompt, result: GroupResult, engine: Engine, run_id: str) -> list[events.Rollout]:

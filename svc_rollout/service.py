@@ -16,25 +16,24 @@ from concurrent.futures import Future
 
 import grpc
 
-from m1flow import chat, store
+from m1flow import chat, engines, store
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.clients import ClientError
 from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.engines.base import GroupRequest, GroupResult
+from m1flow.engines.prompts import prompt_input
 from m1flow.policy_follower import PolicyFollower
 from m1flow.security.announcements import Guard
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
-from svc_rollout import engines, metrics
+from svc_rollout import metrics
 from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.client import group_id_for
 from svc_rollout.config import RolloutConfig
-from svc_rollout.engines.base import GroupRequest, GroupResult
-from svc_rollout.rollouts import prompt_input, prompt_text, rollouts_for
-
-__all__ = ["RolloutService", "prompt_input", "prompt_text"]  # prompt_input, prompt_text: svc_rollout.rollouts's
+from svc_rollout.rollouts import rollouts_for
 
 log = logging.getLogger(__name__)
 RPC_PREFIX = "rpc/"

@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from m1flow.data.dataset import DatasetConfig
+from m1flow.heldout import EvalSetConfig, unique_names
 from m1flow.runtime.config import ServiceConfig
 from svc_source.filter import FilterConfig
 
@@ -33,6 +34,9 @@ class SourceConfig(ServiceConfig):
     lag_refresh_s: float = Field(0.5, gt=0, description="how often the rollout group's lag is read")
     filter: FilterConfig = Field(default_factory=FilterConfig,
                                  description="online difficulty filter: retire rows whose pass rate leaves the band")
+    eval_sets: list[EvalSetConfig] = Field(
+        default_factory=list, description="the run's held-out sets (svc_eval samples them): every row whose prompt "
+                                          "is one of theirs is dropped from the training stream")
     scan_back: int = Field(2000, ge=0, description="on start, records per `prompts` partition read back to find "
                                                    "prompts published after the last state record")
 
@@ -48,6 +52,11 @@ class SourceConfig(ServiceConfig):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @field_validator("eval_sets")
+    @classmethod
+    def _unique_sets(cls, value: list[EvalSetConfig]) -> list[EvalSetConfig]:
+        return list(unique_names(value))
 
     @field_validator("sources")
     @classmethod

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from m1flow.bus import codec
 from m1flow.bus.topics import DLQ, PROMPTS
 from m1flow.contracts import events
+from m1flow.heldout import prompt_key
 from m1flow.prompt_wire import Envelope
 from m1flow.source import message_id_for, row_letter
 from svc_source import metrics
@@ -87,7 +88,7 @@ class Draws:
 
     def _take(self, j: int, exhausted: list[bool], encode: Callable[..., bytes]) -> Record | None:
         """Draw d from cursor j: its prompt or letter, or None for a draw skipped (published before
-        a restart, or a row the filter retired)."""
+        a restart, a row the filter retired, or a row of one of the run's eval sets: held out)."""
         cursor, draw, judged = self.cursors[j], self.draws, self.filter
         self.draws += 1
         if draw in self.skip:  # published before the restart, past the state record
@@ -104,6 +105,9 @@ class Draws:
         if isinstance(item, Exception):  # a bad row, a record the prompt refuses, a broken read
             return self._letter(item, cursor.name, row, epoch)
         prompt_id, body = item
+        if self.sources.heldout and prompt_key(events.Prompt.FromString(body)) in self.sources.heldout:
+            metrics.HELDOUT_DROPPED.labels(cursor.name).inc()  # an eval set's row: held out of training
+            return None
         value = encode(message_id_for(self.stream, cursor.name, epoch, position), body, cursor.name, epoch, position,
                        draw)
         if judged is not None:

@@ -17,3 +17,6 @@ MIXTURE_REFUSED = Counter("m1flow_source_mixture_refused_total", "SetMixture com
 RETIRED = Gauge("m1flow_source_retired_rows", "rows the online filter retired", ["source", "kind"])
 RETIRED_SKIPS = Counter("m1flow_source_retired_skips_total", "draws that passed a retired row", ["source"])
 JUDGED = Counter("m1flow_source_groups_judged_total", "scored groups the online filter judged", ["source", "verdict"])
+HELDOUT_DROPPED = Counter("m1flow_source_heldout_dropped_total",
+                          "draws not published: their prompt is a row of an eval set (held out)", ["source"])
+HELDOUT_PROMPTS = Gauge("m1flow_source_heldout_prompts", "distinct prompts of the eval sets kept out of training")

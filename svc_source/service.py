@@ -7,7 +7,9 @@ interleave picks (order.Interleave) and that source's next row in its epoch's se
 source's epoch and position) is written to the compacted `source_state` topic; a restart reads it
 back, skips the draws of the batch the kill cut that reached `prompts` (state.published_since), and
 goes on, so a kill -9 loses nothing and repeats at most what the tail scan missed, under the same
-message ids. A bad row (undecodable, a missing gold, an unknown verifier kind, an unknown
+message ids. Rows whose prompt is a row of one of the run's eval sets (`eval_sets`, m1flow.heldout)
+are drawn and dropped, counted: the sequence stays a function of the config and held-out rows never
+reach training. A bad row (undecodable, a missing gold, an unknown verifier kind, an unknown
 generator task) is skipped, counted and dead-lettered; a source that cannot be opened at all stops
 the service with one line (the supervisor backs off and retries) rather than silently shifting the
 mixture onto the others.

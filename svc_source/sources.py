@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from m1flow.data.dataset import DatasetConfig, TaskSource, open_source
+from m1flow.heldout import heldout_keys
 from m1flow.source import prompt_bodies
+from svc_source import metrics
 from svc_source.config import SourceConfig
 from svc_source.cursor import Ahead, Reader
 from svc_source.mixture import Mixture
@@ -48,6 +50,8 @@ class Sources:
         self.datasets: dict[str, DatasetConfig] = {src.name: d for src, d in zip(self.opened, cfg.sources)}
         self.where = {src.name: d.path or d.generator for src, d in zip(self.opened, cfg.sources)}  # for bad-row letters
         self.reader: ReadAhead | None = None
+        self.heldout = heldout_keys(cfg.eval_sets, cfg.run_id)  # the eval sets' prompts; HeldOutError: one line
+        metrics.HELDOUT_PROMPTS.set(len(self.heldout))
 
     def initial_mixture(self) -> Mixture:
         """The config's weights, and the generators' levels."""

@@ -39,7 +39,11 @@ DLQ = TopicSpec("dlq", events.DeadLetter, "source topic", partitions=1)
 SOURCE_STATE = TopicSpec("source_state", events.SourceState, "state key (run/group)", partitions=1, compacted=True,
                          config={"segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"})
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ, SOURCE_STATE)
+# svc_eval's held-out results, one per (run, set, policy version); compacted, so the newest record of
+# each key survives and a restarted svc_eval reads back what it has already published.
+EVALS = TopicSpec("evals", events.EvalResult, "run/set/v<version>", partitions=1, compacted=True)
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ, SOURCE_STATE, EVALS)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL_TOPICS}
 
 POLICY_KEY = b"policy"

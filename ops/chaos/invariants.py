@@ -171,3 +171,38 @@ def settled(bootstrap: str, run_dir: Path, prompt_ids: set[str], bad_records: li
     except Exception:  # noqa: BLE001 - the broker may still be coming back
         return None
     return report if report.ok and report.numbers["pending"] < batch_groups else None
+
+
+def check_evals(report: Report, bootstrap: str, run_dir: Path, wait_s: float = 60.0) -> None:
+    """svc_eval and the monitor: every (set, version) on `evals` says the same thing in all its copies
+    (a redo after a kill samples the same), and appears exactly once among the monitor's rows (it
+    upserts by run, set and version). Waits up to `wait_s` for the monitor to catch up."""
+    import time
+
+    from svc_monitor.client import local_address, report as monitor_report
+
+    copies: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
+    for rec in read_range(bootstrap, "evals"):
+        value = rec.get("value", {})
+        copies[(value.get("run_id", ""), value.get("set", ""), int(value.get("policy_version", 0)))].append(value)
+    outcome = lambda v: repr({k: v.get(k) for k in ("pass1", "prompt_correct", "prompt_judged", "sha256")})  # noqa: E731
+    differing = [key for key, values in copies.items() if len({outcome(v) for v in values}) > 1]
+    deadline, rows = time.monotonic() + wait_s, []
+    while True:
+        try:
+            rows = [(r.run_id, r.set, r.policy_version) for r in monitor_report(local_address(run_dir)).evals]
+        except Exception:  # noqa: BLE001 - the monitor may be restarting; try again until the deadline
+            rows = []
+        if set(rows) >= set(copies) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    counted = Counter(rows)
+    missing = sorted(set(copies) - set(counted))
+    twice = sorted(key for key, n in counted.items() if n > 1)
+    unknown = sorted(set(counted) - set(copies))
+    report.add("each evaluated (set, version) once in the monitor", bool(copies) and not (missing or twice or unknown
+                                                                                          or differing),
+               f"{len(copies)} results on evals ({sum(len(v) for v in copies.values())} records), "
+               f"{len(differing)} with differing copies; monitor: {len(missing)} missing, {len(twice)} twice, "
+               f"{len(unknown)} unknown" + (f": {(missing or twice or unknown)[:3]}" if missing or twice or unknown else ""))
+    report.numbers.update(eval_results=len(copies))

@@ -1,4 +1,5 @@
-"""A chaos run, start to finish: `m1flow up` in a subprocess, prompts fed, faults injected on a
+"""A chaos run, start to finish: `m1flow up` in a subprocess (svc_eval on a held-out set beside the
+loop), prompts fed, faults injected on a
 schedule while a watcher samples progress, a settling phase, then the invariants and a timeline
 with the recovery time of every fault. `m1flow chaos` and tests/integration/test_chaos.py run it.
 """
@@ -20,7 +21,7 @@ from m1flow.bus.admin import end_offsets
 from ops.kafka import Broker
 from ops import ROOT
 from ops.chaos.faults import READERS, Fault, Injected, Injector, plan
-from ops.chaos.invariants import Report, check, check_source, settled
+from ops.chaos.invariants import Report, check, check_evals, check_source, settled
 from ops.services import NAMES
 from m1flow.security import config as security
 from ops.warmstart import WarmStartConfig
@@ -146,7 +147,11 @@ class ChaosRun:
         # all wrong, so dynamic sampling skips them and the run ends with too few versions
         arith = {"generator": "arith", "size": self.cfg.prompts, "seed": self.cfg.seed,
                  "config": {"max_operand": WarmStartConfig().max_operand}}
-        return {"sources": [arith],
+        # svc_eval's held-out set: products, which the sums and differences drawn for training never
+        # are (so nothing is dropped from the stream the invariants count), every 4th version
+        heldout = {"generator": "arith", "name": "heldout", "seed": self.cfg.seed, "prompts": 8, "samples": 2,
+                   "config": {"max_operand": WarmStartConfig().max_operand, "ops": "*"}}
+        return {"sources": [arith], "eval_sets": [heldout], "every_versions": 4,
                 "max_epochs": 1, "lead_steps": self.cfg.source_lead_steps, "publish_batch": 16}
 
     def expected_prompts(self) -> set[str]:
@@ -177,6 +182,7 @@ class ChaosRun:
             report = check(bootstrap, self.run_dir, prompt_ids, injector.log.bad_records, READERS, cfg.batch_groups)
             kills = sum(1 for e in injector.log.entries if e.fault.target == "source")
             check_source(report, bootstrap, "local/m1flow-source", cfg.prompts, kills * 16)
+            check_evals(report, bootstrap, self.run_dir)
             report.add("SIGTERM to `m1flow up` stops everything", *self.terminate())
             self.say(timeline(injector.log.entries, watcher, t0))
             self.say(self.restarts())

@@ -7,7 +7,8 @@ source (m1flow.accounting) and version: reward, accuracy, mean length and sample
 learner step: the train/inference correlation; on the clock: staleness, throughput, lag per
 consumer group and dead letters per minute; the curriculum: the mixture's weights per source as
 each set_mixture left them (stage changes marked), the accuracy per source per curriculum window
-(the level rules' bands drawn) and each generator's difficulty level.
+(the level rules' bands drawn) and each generator's difficulty level; svc_eval's held-out pass@1 per
+set against policy version, with its 95% interval.
 """
 from __future__ import annotations
 
@@ -105,6 +106,7 @@ class Figures:
             figures = {"reward": self.reward(), "accuracy": self.accuracy(), "length": self.length(decisions),
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
                        "throughput": self.throughput(), "lag": self.lag(), "skipped": self.skipped(),
+                       "heldout": self.heldout(),
                        **self.per_source(),
                        **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
@@ -154,6 +156,20 @@ class Figures:
                 fig.update_yaxes(range=[0, 1])
             figures[f"source_{key.removeprefix('mean_')}"] = fig
         return figures
+
+    def heldout(self) -> go.Figure:
+        """svc_eval's pass@1 per held-out set against the policy version evaluated, each point with
+        its 95% interval (bootstrap over the set's prompts)."""
+        fig = _figure("Held-out pass@1 per set (95% interval)", "policy version", "pass@1")
+        by_set: dict[str, list] = defaultdict(list)
+        for row in self.store.evals():
+            by_set[row["set_name"]].append(row)
+        for name, rows in sorted(by_set.items()):
+            _line(fig, [r["policy_version"] for r in rows], [r["pass1"] for r in rows], name,
+                  error_y=dict(type="data", symmetric=False, array=[r["pass1_high"] - r["pass1"] for r in rows],
+                               arrayminus=[r["pass1"] - r["pass1_low"] for r in rows]))
+        fig.update_yaxes(range=[0, 1])
+        return fig
 
     def source_table(self) -> list[dict[str, Any]]:
         """The newest version's rows per source and verifier kind (the table under the plots)."""

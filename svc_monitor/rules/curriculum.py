@@ -99,6 +99,7 @@ class CurriculumRule:
                 spec = SIGNALS.get(c.signal)
                 if spec.is_gain:
                     self.spans[spec.series] = max(self.spans.get(spec.series, 2), c.windows + 1)
+        self.heldout: dict[str, float] = {}  # set -> newest held-out pass@1; the controller refreshes it
 
     def snapshot(self) -> dict:
         return asdict(self.state)
@@ -199,7 +200,8 @@ class CurriculumRule:
                       + [Signal("curriculum/accuracy_gain", g.value, lo, hi, subject=src) for src, g in gains.items()])
         if not fresh:
             return out
-        facts = WindowFacts(accuracy={src: e.value for src, e in usable.items()}, stage_windows=s.stage_windows + 1)
+        facts = WindowFacts(accuracy={src: e.value for src, e in usable.items()}, stage_windows=s.stage_windows + 1,
+                            heldout_pass1=dict(self.heldout))
         s.accuracy.update(facts.accuracy)
         s.windows += 1
         s.stage_windows += 1

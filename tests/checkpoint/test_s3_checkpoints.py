@@ -24,7 +24,7 @@ from m1flow.tokenizer import build_tokenizer
 from ops.warmstart import WarmStartConfig, build_model
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.trainer import Trainer
-from svc_rollout.engines.hf import HFEngine
+from m1flow.engines.hf import HFEngine
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,7 +1,7 @@
 """The dashboard of a real run in a real browser: the whole loop runs (learner, reward with a GenRM
 judge for some prompts, rollout, monitor) while headless Chromium loads the monitor's page; every
 plot renders with data (the per-source panels show both sources; the curriculum's panels its mixture
-weights, per-source window accuracy and levels), keeps refreshing while the run goes on, and the
+weights, per-source window accuracy and levels; the held-out panel svc_eval's results), keeps refreshing while the run goes on, and the
 console stays clean. The
 final page is kept as a PNG (run/test-artifacts/dashboard.png, or $M1FLOW_ARTIFACTS)."""
 from __future__ import annotations
@@ -48,6 +48,9 @@ SERVICE_ARGS = {
     "monitor": ["--dashboard-refresh-s", "1", "--ops", json.dumps({"interval_s": 2.0}),
                 "--window", json.dumps({"window_rollouts": 32}), "--length-bias", json.dumps({"window_groups": 2}),
                 "--curriculum", json.dumps(CURRICULUM)],
+    # the held-out panel: svc_eval on a few arithmetic prompts, every second version
+    "eval": ["--eval-sets", json.dumps([{"generator": "arith", "name": "arith", "seed": 99, "prompts": 4, "samples": 2,
+                                         "config": {"max_operand": 20}}]), "--every-versions", "2"],
 }
 
 
@@ -81,7 +84,7 @@ def every_plot_fed(driver, producer: Producer, every_s: float = 30.0):
 def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
     stack = Stack(tmp_path, service_args=SERVICE_ARGS)
     try:
-        stack.start(services=("learner", "reward", "rollout", "monitor"))
+        stack.start(services=("learner", "reward", "rollout", "eval", "monitor"))
         producer = Producer(stack.bootstrap, "test")
         publish(producer, problems(seed=5, n=24, max_operand=20), GROUP)
         publish_open_prompts(producer, 24)
@@ -112,7 +115,7 @@ def test_dashboard_of_a_real_run_renders_refreshes_and_stays_clean(tmp_path):
         print(f"dashboard screenshot: {path} ({path.stat().st_size} bytes); points per plot: {points}")
         assert errors == []
         assert set(points) == {"reward", "accuracy", "length", "genrm", "collapse", "precision", "throughput", "lag",
-                               "skipped",
+                               "skipped", "heldout",
                                "source_reward", "source_accuracy", "source_length", "source_samples_per_min",
                                "mixture", "curriculum_accuracy", "levels"}
         assert curriculum == {"curriculum_accuracy": ["arith"], "levels": ["arith"]}  # the judged source: no verdicts

@@ -33,9 +33,14 @@ def default(helm) -> list[dict]:
     return objects(helm)
 
 
+HELDOUT = [{"name": "sums", "generator": "arith", "seed": 9, "prompts": 50, "samples": 4}]
+
+
 @pytest.fixture(scope="module")
 def with_source(helm) -> list[dict]:
-    return objects(helm, {"source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+    """The on-demand services given their settings: the prompt source and svc_eval's held-out sets."""
+    return objects(helm, {"source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}],
+                          "eval.sets": HELDOUT})
 
 
 def registered_health_names() -> dict[str, str]:
@@ -88,7 +93,7 @@ def test_every_service_has_its_workload_and_the_learner_a_jobset(default, with_s
     # Kafka consumers need distinct stable replica indexes (static membership): StatefulSets
     assert {n: w["kind"] for n, w in got.items()} == {
         "source": "StatefulSet", "rollout": "StatefulSet", "reward": "StatefulSet", "monitor": "StatefulSet",
-        "sandbox": "Deployment"}
+        "eval": "StatefulSet", "sandbox": "Deployment"}
     for name, w in got.items():
         c = container(pod_spec(w))
         assert c["command"] == ["python", "-m", f"svc_{name}"]
@@ -279,10 +284,12 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
     from ops.acls import strimzi_acls
 
     docs = objects(helm, {"security.enabled": True, "security.grpc.enabled": False,  # Kafka alone here
-                          "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+                          "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}],
+                          "eval.sets": HELDOUT})
     users = by_kind(docs, "KafkaUser")
-    assert set(users) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "monitor", "learner", "admin", "keda")}
-    for name in ("source", "rollout", "reward", "monitor", "learner"):
+    assert set(users) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "monitor", "eval", "learner", "admin",
+                                                  "keda")}
+    for name in ("source", "rollout", "reward", "monitor", "eval", "learner"):
         spec = users[f"m1flow-{name}"]["spec"]
         assert spec["authentication"] == {"type": "tls"}
         assert spec["authorization"]["acls"] == strimzi_acls(name), f"{name}: regenerate files/acls.json " \
@@ -316,7 +323,7 @@ def test_security_gives_each_service_a_kafka_user_with_its_row_of_the_acl_table(
         ("ca", "m1flow-kafka-cluster-ca-cert"), ("cert", "m1flow-keda"), ("key", "m1flow-keda")}
 
 
-GRPC_IDENTITIES = ("source", "rollout", "reward", "sandbox", "monitor", "learner", "admin")
+GRPC_IDENTITIES = ("source", "rollout", "reward", "sandbox", "monitor", "eval", "learner", "admin")
 
 
 def test_security_grpc_gives_each_pod_its_certificate_and_exec_probes(helm):
@@ -328,7 +335,7 @@ def test_security_grpc_gives_each_pod_its_certificate_and_exec_probes(helm):
 
     from m1flow.security.config import SecurityConfig
 
-    docs = objects(helm, {"security.enabled": True,
+    docs = objects(helm, {"security.enabled": True, "eval.sets": HELDOUT,
                           "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
     secrets = by_kind(docs, "Secret")
     ca = x509.load_pem_x509_certificate(base64.b64decode(secrets["m1flow-grpc-ca"]["data"]["tls.crt"]))
@@ -409,7 +416,8 @@ def test_network_policies_let_only_reward_reach_the_sandbox(helm, default):
     peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     docs = objects(helm, {"networkPolicy.enabled": True, "networkPolicy.metricsFrom": peers})
     policies = by_kind(docs, "NetworkPolicy")
-    assert set(policies) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "sandbox", "monitor", "learner")}
+    assert set(policies) == {f"m1flow-{n}" for n in ("source", "rollout", "reward", "sandbox", "monitor", "eval",
+                                                     "learner")}
 
     def rule(name: str, port: int) -> dict:
         (found,) = [r for r in policies[f"m1flow-{name}"]["spec"]["ingress"] if r["ports"][0]["port"] == port]
@@ -443,6 +451,30 @@ def test_source_gets_its_config_only_when_given(with_source):
     assert args[-2:] == ["--config", "/config/source.yaml"]
 
 
+def test_the_eval_stage_reads_the_held_out_sets_the_source_drops(helm, default, with_source):
+    """svc_eval and svc_source read one run config: the sets svc_eval samples are the rows svc_source
+    keeps out of training. Each service's settings load it as the code reads it."""
+    import yaml
+
+    from svc_eval.config import EvalConfig
+    from svc_source.config import SourceConfig
+
+    assert "eval" not in workloads(default) and "m1flow-source" not in by_kind(default, "ConfigMap")
+    run = yaml.safe_load(by_kind(with_source, "ConfigMap")["m1flow-source"]["data"]["source.yaml"])
+    assert [s.set_name for s in EvalConfig.model_validate(run).eval_sets] == ["sums"]
+    assert SourceConfig.model_validate(run).eval_sets == EvalConfig.model_validate(run).eval_sets
+    spec = pod_spec(workloads(with_source)["eval"])
+    c = container(spec)
+    assert c["args"][-2:] == ["--config", "/config/source.yaml"]
+    assert {"name": "source-config", "mountPath": "/config", "readOnly": True} in c["volumeMounts"]
+    assert c["resources"]["requests"][GPU] == c["resources"]["limits"][GPU] == 1  # the rollout engines
+    assert spec["nodeSelector"] == {"m1flow.io/pool": "gpu"}
+    assert env_of(spec)["M1FLOW_CHECKPOINT_URI"].startswith("file://")  # loads checkpoints as rollout does
+    only_eval = objects(helm, {"eval.sets": HELDOUT})  # held-out sets without the source: still their config
+    assert "eval" in workloads(only_eval) and "source" not in workloads(only_eval)
+    assert "sources" not in yaml.safe_load(by_kind(only_eval, "ConfigMap")["m1flow-source"]["data"]["source.yaml"])
+
+
 @pytest.mark.parametrize("values, message", [
     ({"rollout.autoscaling.maxReplicaCount": 8},
      "rollout.autoscaling.maxReplicaCount (8) exceeds the partitions of its topic prompts (kafka.topics.partitions.prompts = 4)"),
@@ -458,6 +490,7 @@ def test_source_gets_its_config_only_when_given(with_source):
     ({"kafka.topics.replicationFactor": 3, "kafka.strimzi.replicas": 1},
      "kafka.topics.replicationFactor (3) exceeds the brokers (kafka.strimzi.replicas = 1)"),
     ({"learner.batchGroups": 2}, "learner.batchGroups (2) cannot feed 8 ranks"),
+    ({"eval.sets": HELDOUT, "eval.gpus": 9}, "eval.gpus (9) exceeds nodes.gpusPerNode (8)"),
     ({"security.enabled": True, "kafka.mode": "external", "kafka.external.bootstrap": "k:9093"},
      "security.enabled makes a Strimzi KafkaUser per service: it needs kafka.mode strimzi"),
 ])

@@ -232,7 +232,7 @@ BAD = [
      "can never hold together"),
     ({"stages": [{**REASONING, "until": []}, BLEND]}, "has no exit (`until`) but stage 'blend' follows it"),
     ({"stages": [{**REASONING, "until": [{"signal": "acuracy", "above": 0.5}]}, BLEND]},
-     "unknown curriculum signal 'acuracy'; known: accuracy, accuracy_gain, stage_windows"),
+     "unknown curriculum signal 'acuracy'; known: accuracy, accuracy_gain, heldout_pass1, stage_windows"),
     ({"stages": [{**REASONING, "weights": {"arith": -1.0, "chat": 1.0}}, BLEND]}, "finite and >= 0"),
     ({"stages": [{**REASONING, "weights": {"arith": 0.0, "chat": 0.0}}, BLEND]}, "every weight is 0"),
     ({"stages": [REASONING, {**BLEND, "weights": {"arith": 0, "chat": 1}, "ramp": {"weights": {"chat": 0},

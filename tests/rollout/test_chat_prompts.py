@@ -7,11 +7,11 @@ import pytest
 from m1flow import chat
 from m1flow.contracts import events
 from m1flow.tokenizer import build_tokenizer
-from svc_rollout.engines.base import Engine
-from svc_rollout.engines.hf import HFEngine
-from svc_rollout.engines.native import NativeEngine
-from svc_rollout.engines.vllm_engine import VllmEngine
-from svc_rollout.service import prompt_input, prompt_text
+from m1flow.engines.base import Engine
+from m1flow.engines.hf import HFEngine
+from m1flow.engines.native import NativeEngine
+from m1flow.engines.vllm_engine import VllmEngine
+from m1flow.engines.prompts import prompt_input, prompt_text
 
 SYSTEM = "Answer with a number."
 CONVERSATION = [events.ChatMessage(role="system", content=SYSTEM), events.ChatMessage(role="user", content="12+7=")]

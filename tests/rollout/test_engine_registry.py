@@ -1,4 +1,4 @@
-"""The rollout engines are one Registry (svc_rollout.engines.ENGINES): the config, the CLI and the
+"""The rollout engines are one Registry (m1flow.engines.ENGINES): the config, the CLI and the
 demo accept exactly its names, and each name builds the engine of that name."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ops.cli import parser
 from ops.demo import DemoConfig
 from svc_rollout.client import ENGINE_NAMES, known_engine
 from svc_rollout.config import RolloutConfig
-from svc_rollout.engines import ENGINES, build
+from m1flow.engines import ENGINES, build
 
 
 def _engine_choices(command: str) -> tuple[str, ...]:

@@ -12,9 +12,9 @@ from m1flow import checkpoint, lm
 from m1flow.contracts import events
 from m1flow.sampling import processed_logprobs
 from m1flow.tasks.arith import problems
-from svc_rollout.engines.base import Engine, GroupRequest, GroupResult
-from svc_rollout.engines.hf import HFEngine
-from svc_rollout.engines.native import NativeEngine
+from m1flow.engines.base import Engine, GroupRequest, GroupResult
+from m1flow.engines.hf import HFEngine
+from m1flow.engines.native import NativeEngine
 from tests.policies import looping_copy
 
 pytestmark = pytest.mark.slow  # vLLM engines started on the CPU: not the unit tier (make test-fast)
@@ -84,7 +84,7 @@ def vllm_policy(request):
 @pytest.fixture(scope="module")
 def vllm_engine(vllm_policy):
     pytest.importorskip("vllm")
-    from svc_rollout.engines.vllm_engine import VllmEngine, VllmSettings
+    from m1flow.engines.vllm_engine import VllmEngine, VllmSettings
 
     engine = VllmEngine(VllmSettings(max_num_seqs=64, max_model_len=256), threads=1)
     engine.load(policy(0, vllm_policy))

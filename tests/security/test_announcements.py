@@ -19,7 +19,7 @@ from m1flow.policy_follower import PolicyFollower
 from m1flow.security.announcements import REFUSED, Guard, sign
 from m1flow.security.config import SecurityConfig
 from m1flow.security.pki import signing_key
-from svc_rollout.engines.base import Engine
+from m1flow.engines.base import Engine
 
 
 class RecordingEngine(Engine):

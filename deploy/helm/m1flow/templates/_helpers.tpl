@@ -38,6 +38,7 @@ rollout: {health: m1flow.v1.RolloutService, group: m1flow-rollout, topic: prompt
 reward: {health: m1flow.v1.RewardService, group: m1flow-reward, topic: rollouts, kind: StatefulSet, pool: cpu}
 sandbox: {health: m1flow.v1.SandboxService, group: "", topic: "", kind: Deployment, pool: cpu}
 monitor: {health: m1flow.v1.MonitorService, group: m1flow-monitor, topic: "", kind: StatefulSet, pool: cpu}
+eval: {health: "", group: m1flow-eval, topic: "", kind: StatefulSet, pool: gpu}
 learner: {health: m1flow.v1.LearnerService, group: m1flow-learner, topic: scored, kind: Job, pool: gpu}
 {{- end -}}
 
@@ -198,6 +199,15 @@ that presents the pod's own certificate (the native probe speaks plaintext, whic
 - "9100"
 {{- end -}}
 
+{{/* Whether the release runs service .name: "true" or "" (dict "root" $ "name" "eval"). The
+on-demand ones run when given their settings (source.sources, eval.sets), the others when enabled. */}}
+{{- define "m1flow.on" -}}
+{{- $svc := get .root.Values .name -}}
+{{- if eq .name "source" }}{{ if $svc.sources }}true{{ end }}
+{{- else if eq .name "eval" }}{{ if $svc.sets }}true{{ end }}
+{{- else if $svc.enabled }}true{{ end -}}
+{{- end -}}
+
 {{/* The Secret holding the monitor's access token: the user's, or the one this chart makes. */}}
 {{- define "m1flow.monitorAccessSecret" -}}
 {{- .Values.monitor.accessTokenSecret | default (printf "%s-monitor-access" (include "m1flow.fullname" .)) -}}
@@ -218,9 +228,8 @@ and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, ne
 {{/* The gRPC identities grpc-tls.yaml signs: every service this release runs, and `admin` (JSON list). */}}
 {{- define "m1flow.grpcIdentities" -}}
 {{- $names := list "admin" -}}
-{{- range $name := list "source" "rollout" "reward" "sandbox" "monitor" "learner" }}
-{{- $svc := get $.Values $name }}
-{{- if ternary (not (empty $svc.sources)) $svc.enabled (eq $name "source") }}{{ $names = append $names $name }}{{ end }}
+{{- range $name := list "source" "rollout" "reward" "sandbox" "monitor" "eval" "learner" }}
+{{- if include "m1flow.on" (dict "root" $ "name" $name) }}{{ $names = append $names $name }}{{ end }}
 {{- end }}
 {{- $names | toJson -}}
 {{- end -}}

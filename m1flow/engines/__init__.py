@@ -1,7 +1,8 @@
-"""Rollout engines behind one interface (base.Engine), chosen by name (`--engine`): `native`, `hf`, `vllm`.
+"""Sampling engines behind one interface (base.Engine), chosen by name (`--engine`): `native`, `hf`, `vllm`.
 
-ENGINES is the one list of them: the config validates against it, the CLI and the demo read its
-names through svc_rollout.client. Each builder imports its engine when called, so naming the engines
+Two services sample with them: svc_rollout (training rollouts) and svc_eval (held-out sets, with the
+exact policy version evaluated), so they live in the library. ENGINES is the one list of them: both
+configs validate against it, the CLI and the demo read its names through svc_rollout.client. Each builder imports its engine when called, so naming the engines
 costs nothing (no torch, transformers or vLLM) and a machine without vLLM runs the others.
 """
 from __future__ import annotations
@@ -12,12 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 from m1flow.registry import Registry
 
 if TYPE_CHECKING:
-    from svc_rollout.engines.base import Engine
-    from svc_rollout.engines.vllm_engine import VllmSettings
+    from m1flow.engines.base import Engine
+    from m1flow.engines.vllm_engine import VllmSettings
 
 
 class EngineSettings(Protocol):
-    """What the builders read (RolloutConfig has it; the config imports this module, not the reverse)."""
+    """What the builders read (RolloutConfig and EvalConfig have it; a config imports this module, not the reverse)."""
 
     engine: str
     batch_groups: int
@@ -33,7 +34,7 @@ ENGINES: Registry[Callable[[EngineSettings], "Engine"]] = Registry("rollout engi
 @ENGINES.register("native")
 def _native(cfg: EngineSettings) -> Engine:
     """The hybrid model's own batched decoding (m1flow.model)."""
-    from svc_rollout.engines.native import NativeEngine
+    from m1flow.engines.native import NativeEngine
 
     return NativeEngine(cfg.batch_groups, cfg.group_size, cfg.device)
 
@@ -41,7 +42,7 @@ def _native(cfg: EngineSettings) -> Engine:
 @ENGINES.register("hf")
 def _hf(cfg: EngineSettings) -> Engine:
     """transformers' generate, for any causal LM directory."""
-    from svc_rollout.engines.hf import HFEngine
+    from m1flow.engines.hf import HFEngine
 
     return HFEngine(cfg.batch_groups, cfg.group_size, cfg.device)
 
@@ -49,7 +50,7 @@ def _hf(cfg: EngineSettings) -> Engine:
 @ENGINES.register("vllm")
 def _vllm(cfg: EngineSettings) -> Engine:
     """vLLM's continuous batching: production."""
-    from svc_rollout.engines.vllm_engine import VllmEngine
+    from m1flow.engines.vllm_engine import VllmEngine
 
     return VllmEngine(cfg.vllm, threads=cfg.torch_threads)
 

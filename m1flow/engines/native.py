@@ -12,7 +12,7 @@ from m1flow.contracts import events
 from m1flow.device import resolve
 from m1flow.model import sample_batch
 from m1flow.sampling import generator
-from svc_rollout.engines.base import BatchEngine, GroupRequest, Sample
+from m1flow.engines.base import BatchEngine, GroupRequest, Sample
 
 FINISH = {"stop": events.FINISH_REASON_STOP, "length": events.FINISH_REASON_LENGTH,
           "repetition": events.FINISH_REASON_REPETITION}

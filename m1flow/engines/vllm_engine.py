@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from m1flow import checkpoint
 from m1flow.contracts import events
-from svc_rollout.engines.base import Engine, GroupRequest, GroupResult, Sample
+from m1flow.engines.base import Engine, GroupRequest, GroupResult, Sample
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,12 @@ class VllmEngine(Engine):
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        from svc_rollout.engines.vllm_truncation import PATH
+        from m1flow.engines.vllm_truncation import PATH
 
         s = self.settings
         hybrid = checkpoint.is_hybrid(directory)
         if hybrid:  # an out-of-tree model: vLLM 0.32 no longer ships MiniMax-M1
-            from svc_rollout.engines.vllm_hybrid import register
+            from m1flow.engines.vllm_hybrid import register
 
             register()
         cuda = torch.cuda.is_available()
@@ -109,7 +109,7 @@ class VllmEngine(Engine):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from svc_rollout.engines.vllm_truncation import EXTRA_KEY
+        from m1flow.engines.vllm_truncation import EXTRA_KEY
 
         if self.engine is None:
             raise RuntimeError("no policy loaded yet")

@@ -16,7 +16,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from m1flow import checkpoint
 from m1flow.contracts import events
 from m1flow.device import resolve
-from svc_rollout.engines.base import BatchEngine, GroupRequest, Sample
+from m1flow.engines.base import BatchEngine, GroupRequest, Sample
 
 
 class RepetitionStop(StoppingCriteria):

@@ -13,7 +13,7 @@ config.json carries. It is built the way vLLM's own hybrid linear-attention mode
   parameter names are the checkpoint's and the arithmetic is the native model's; the LM head is
   computed in fp32.
 Tensor parallelism is not implemented (tensor_parallel_size 1). The engine that uses it:
-svc_rollout.engines.vllm_engine (enable_prefix_caching off for this model: vLLM can only cache
+m1flow.engines.vllm_engine (enable_prefix_caching off for this model: vLLM can only cache
 a state layer's prefix in its `align` mode).
 """
 from __future__ import annotations
