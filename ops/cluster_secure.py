@@ -80,7 +80,7 @@ def make_secrets(folder: str | Path) -> Path:
             (own / "client.properties").write_text(CLIENT_PROPERTIES)
         if name == "learner":
             write_private(own / "sign.key", sign_private.read_bytes())
-        if name == "rollout":
+        if name in ("rollout", "eval"):  # both load the weights an announcement names
             shutil.copyfile(sign_public, own / "sign.pub")
     return root
 

@@ -8,6 +8,7 @@ directory (m1flow.checkpoint), cached outside the checkout, keyed by everything 
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -244,23 +245,39 @@ def _key(cfg: WarmStartConfig) -> str:
 
 
 def warm_started_policy(dest: str | Path, cfg: WarmStartConfig | None = None) -> Path:
-    """Write the warm-started policy directory to `dest`, training it only once per config."""
-    cfg = cfg or WarmStartConfig()
-    cached = _cache_root() / f"warmstart-{cfg.arch}-{_key(cfg)}"
-    if not (cached / "done.json").exists():
-        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tok = build_tokenizer(cfg.tokenizer)
-        model = build_model(tok, cfg)
-        losses = supervised_finetune(model, tok, cfg)
-        checkpoint.save_policy(tmp, model, tok)
-        (tmp / "done.json").write_text(json.dumps({"final_loss": losses[-1], **cfg.model_dump()}))
-        if not (cached / "done.json").exists():
-            shutil.rmtree(cached, ignore_errors=True)
-            tmp.rename(cached)
-        else:
-            shutil.rmtree(tmp)
+    """Write the warm-started policy directory to `dest`, training it only once per config: a process
+    that finds another training the same one waits on its lock and copies the result (two test workers,
+    or two stacks, starting side by side would otherwise train it twice on the same cores)."""
     dest = Path(dest)
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(cached, dest)
+    shutil.copytree(cached_policy(cfg or WarmStartConfig()), dest)
     return dest
+
+
+def cached_policy(cfg: WarmStartConfig) -> Path:
+    """The cached policy directory of `cfg`, trained first if no process has yet (the one copy to read from)."""
+    cached = _cache_root() / f"warmstart-{cfg.arch}-{_key(cfg)}"
+    if not (cached / "done.json").exists():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with open(cached.with_name(cached.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (cached / "done.json").exists():
+                _train_into(cached, cfg)
+    return cached
+
+
+def _train_into(cached: Path, cfg: WarmStartConfig) -> None:
+    """Train the policy in a scratch folder beside `cached`, then move it in place (whole or not at all)."""
+    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = build_tokenizer(cfg.tokenizer)
+    model = build_model(tok, cfg)
+    losses = supervised_finetune(model, tok, cfg)
+    checkpoint.save_policy(tmp, model, tok)
+    (tmp / "done.json").write_text(json.dumps({"final_loss": losses[-1], **cfg.model_dump()}))
+    shutil.rmtree(cached, ignore_errors=True)
+    tmp.rename(cached)
+
+
+if __name__ == "__main__":  # scripts/test.sh: the default policy, trained once while the set-up runs
+    print(cached_policy(WarmStartConfig()))

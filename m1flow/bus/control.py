@@ -28,7 +28,7 @@ from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 
 SETTINGS = frozenset({"set_window", "pause", "resume", "set_mixture"})
-ACTIONS = frozenset({"recalibrate"})
+ACTIONS = frozenset({"recalibrate", "evaluate"})
 
 
 def _now_ms() -> int:

@@ -135,11 +135,21 @@ class ChaosRun:
                     security.activate(Broker(self.run_dir / "kafka").admin_security)
                 return json.loads((self.run_dir / "up.json").read_text())["bootstrap"]
             time.sleep(1)
-        raise TimeoutError(f"m1flow up not ready after {self.cfg.start_timeout_s:.0f}s:\n{self.tail()}")
+        raise TimeoutError(f"m1flow up not ready after {self.cfg.start_timeout_s:.0f}s:\n{self.tail()}\n{self.start_state()}")
 
     def tail(self, lines: int = 60) -> str:
         path = self.run_dir / "up.out"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def start_state(self) -> str:
+        """Where a slow start stands: whether the initial policy is written, the broker's and each started
+        service's last lines (a start that times out says which step it was on)."""
+        policy = "written" if (self.run_dir / "policy0" / "done.json").exists() else "not written yet (warm start)"
+        parts = [f"initial policy: {policy}"]
+        for log in [self.run_dir / "kafka" / "broker.out", *sorted((self.run_dir / "logs").glob("*.log"))]:
+            if log.exists():
+                parts.append(f"--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-5:]))
+        return "\n".join(parts)
 
     def source_settings(self) -> dict:
         """svc_source publishes the run's prompts: one epoch of the arith generator, a lead ahead."""
