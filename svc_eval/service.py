@@ -22,6 +22,7 @@ further, so an evaluation slower than training falls behind instead of holding u
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,10 +30,10 @@ from types import SimpleNamespace
 
 import torch
 
-from m1flow import checkpoint, engines, store
+from m1flow import engines, store
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
-from m1flow.bus.topics import CONTROL, EVALS, POLICY, suffixed
+from m1flow.bus.topics import CONTROL, EVALS, POLICY, TopicSpec, suffixed
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 from m1flow.engines.base import GroupRequest, GroupResult
@@ -40,10 +41,11 @@ from m1flow.engines.prompts import prompt_input, prompt_text
 from m1flow.heldout import EvalSetConfig, HeldOutError, load_set
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
-from m1flow.security.announcements import Guard, Refused
+from m1flow.security.announcements import Guard
 from svc_eval import metrics
 from svc_eval.config import EvalConfig
 from svc_eval.result import SetRun, result_key
+from svc_eval.versions import Versions
 from svc_reward.client import LocalScorer
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,32 @@ class EvalHandler(HandlerBase):
         self.service.forget(partitions)
 
 
+def check_kinds(sets: dict[str, tuple[EvalSetConfig, list[events.Prompt]]], scorer: LocalScorer) -> None:
+    """Refuse, at start-up, a set holding a verifier kind this process cannot score."""
+    for name, (_, prompts) in sets.items():
+        for kind in sorted({p.verifier.kind.split(":", 1)[0] for p in prompts}):
+            try:
+                scorer.prepare(kind)
+            except ValueError as exc:
+                scorer.close()
+                raise HeldOutError(f"eval set {name!r}: verifier kind {kind!r} cannot be scored: {exc}") from None
+
+
+def read_to_end(cfg: EvalConfig, spec: TopicSpec, group_id: str, stop: threading.Event) -> list:
+    """Every message on `spec` now (retrying a read that fails, until the stage stops)."""
+    watcher = TopicWatcher(cfg.bootstrap, (spec,), f"eval-{cfg.replica}-{spec.name}", group_id=group_id,
+                           client=cfg.kafka_client)
+    try:
+        while not stop.is_set():
+            try:
+                return watcher.catch_up()
+            except (TimeoutError, ClientError) as exc:
+                log.warning("reading `%s` to its end failed, retrying: %s", spec.name, exc)
+        return []
+    finally:
+        watcher.close()
+
+
 class EvalService(Service, name="eval", config=EvalConfig):
 
     def __init__(self, config: EvalConfig) -> None:
@@ -88,58 +116,33 @@ class EvalService(Service, name="eval", config=EvalConfig):
         self.sets: dict[str, tuple[EvalSetConfig, list[events.Prompt]]] = {
             cfg.set_name: (cfg, load_set(cfg, config.run_id)) for cfg in config.eval_sets}
         self.scorer = LocalScorer(config.scoring)
-        self._check_kinds()
+        check_kinds(self.sets, self.scorer)
         self.engine = engines.build(SimpleNamespace(
             engine=config.engine, batch_groups=config.batch_groups, device=config.device,
             torch_threads=config.torch_threads, vllm=config.vllm,
             group_size=max(cfg.samples for cfg, _ in self.sets.values())))
         self.engine.policies = store.PolicyCache(
             config.store, config.store.cache_dir or config.run_dir / "eval" / f"policy-cache-{config.replica}")
-        self.guard = Guard(config.security)
-        self.announced: dict[int, events.PolicyVersion] = {}
+        self.versions = Versions(self.engine, Guard(config.security))
         self.done: set[str] = set()  # result keys on `evals` (read back at start, then as published)
         self.queue: deque[Job] = deque()
         self.active: Job | None = None
         self.current: SetRun | None = None  # the active job's set being sampled
         self.newest = -1  # the newest version fully evaluated by this process
-        self.loaded: tuple[int, str, str] | None = None  # (version, uri, sha256) the engine holds
-
-    def _check_kinds(self) -> None:
-        for name, (_, prompts) in self.sets.items():
-            for kind in sorted({p.verifier.kind.split(":", 1)[0] for p in prompts}):
-                try:
-                    self.scorer.prepare(kind)
-                except ValueError as exc:
-                    self.scorer.close()
-                    raise HeldOutError(f"eval set {name!r}: verifier kind {kind!r} cannot be scored: {exc}") from None
 
     # ---- start: what is published already, what was announced ----------------------------
     def start(self) -> None:
         cfg = self.config
         evals = EVALS.renamed(suffixed(EVALS.name, cfg.output_suffix))
-        for message in self._history(evals, "evals"):
+        for message in read_to_end(cfg, evals, self.group_id, self.stop):
             if message.run_id == cfg.run_id:
                 self.done.add(result_key(message.run_id, message.set, message.policy_version))
-        for message in self._history(POLICY, "policy"):
+        for message in read_to_end(cfg, POLICY, self.group_id, self.stop):
             if message.header.trace.run_id in ("", cfg.run_id):
-                self.announced[message.version] = message
+                self.versions.announced[message.version] = message
         log.info("%s result(s) of run %s already on %s; %s policy version(s) announced so far",
-                 len(self.done), cfg.run_id, evals.name, len(self.announced))
+                 len(self.done), cfg.run_id, evals.name, len(self.versions.announced))
         self.stream = self.worker(EvalHandler(self), max_records=64)
-
-    def _history(self, spec, what: str) -> list:  # noqa: ANN001 - a TopicSpec
-        cfg = self.config
-        watcher = TopicWatcher(cfg.bootstrap, (spec,), f"eval-{cfg.replica}-{what}", group_id=self.group_id,
-                               client=cfg.kafka_client)
-        try:
-            while not self.stop.is_set():
-                try:
-                    return watcher.catch_up()
-                except (TimeoutError, ClientError) as exc:
-                    log.warning("reading `%s` to its end failed, retrying: %s", spec.name, exc)
-            return []
-        finally:
-            watcher.close()
 
     # ---- input: announcements and commands become jobs ------------------------------------
     def receive(self, message, record: Record, ctx: Context) -> None:  # noqa: ANN001
@@ -147,7 +150,7 @@ class EvalService(Service, name="eval", config=EvalConfig):
         if message.header.trace.run_id not in ("", cfg.run_id):
             return  # another run's learner or person on a shared broker: not this run's versions
         if isinstance(message, events.PolicyVersion):
-            self.announced[message.version] = message
+            self.versions.announced[message.version] = message
             if message.version % cfg.every_versions == 0:
                 self._enqueue(Job(message.version, SCHEDULE, list(self.sets), [record]), ctx)
             return
@@ -226,33 +229,9 @@ class EvalService(Service, name="eval", config=EvalConfig):
             return True
 
     def _load(self, job: Job, ctx: Context) -> bool:
-        """Hold exactly the job's version (checked as svc_rollout checks it); False: skipped, counted."""
-        policy = self.announced.get(job.version)
-        if policy is None:
-            return self._skip(ctx, job.version, "unknown_version", f"v{job.version} was never announced on `policy`")
-        try:
-            self.guard.check(policy)
-        except Refused as exc:
-            return self._skip(ctx, job.version, "refused", str(exc))
-        if self.loaded == (policy.version, policy.checkpoint_uri, policy.sha256):
-            return True  # held already (another set, or a command for the version just evaluated)
-        try:
-            directory = self.engine.policies.local(policy.checkpoint_uri)
-            present = directory.is_dir() and checkpoint.has_weights(directory)
-        except Exception as exc:  # noqa: BLE001 - a download or URI that fails: the checkpoint is not there
-            return self._skip(ctx, job.version, "missing", f"{policy.checkpoint_uri}: {exc!r}")
-        if not present:
-            return self._skip(ctx, job.version, "missing", f"{policy.checkpoint_uri}: no weights there (rotated away?)")
-        self.loaded = None  # a load that fails part-way leaves the engine holding nothing we can name
-        try:
-            self.engine.load(policy)
-        except checkpoint.PolicyLoadError as exc:
-            reason = "checksum" if "checksum" in str(exc) else "unreadable"
-            return self._skip(ctx, job.version, reason, str(exc))
-        except Exception as exc:  # noqa: BLE001 - no checkpoint may stop the stage
-            return self._skip(ctx, job.version, "unreadable", repr(exc))
-        self.loaded = (policy.version, policy.checkpoint_uri, policy.sha256)
-        return True
+        """Hold exactly the job's version; False: skipped, counted."""
+        refused = self.versions.load(job.version)
+        return True if refused is None else self._skip(ctx, job.version, *refused)
 
     def _skip(self, ctx: Context, version: int, reason: str, why: str) -> bool:
         metrics.SKIPPED.labels(reason).inc()
@@ -272,7 +251,7 @@ class EvalService(Service, name="eval", config=EvalConfig):
     def _publish(self, ctx: Context) -> None:
         cfg, run, job = self.config, self.current, self.active
         set_cfg, _ = self.sets[run.name]
-        result = run.result(cfg.run_id, self.announced[job.version], engine=self.engine.name,
+        result = run.result(cfg.run_id, self.versions.announced[job.version], engine=self.engine.name,
                             temperature=cfg.temperature, top_p=cfg.top_p,
                             max_new_tokens=set_cfg.max_new_tokens or cfg.max_new_tokens, trigger=job.trigger,
                             resamples=cfg.resamples)

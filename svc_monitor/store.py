@@ -19,6 +19,7 @@ from sqlalchemy import Engine, case, create_engine, delete, event, func, inspect
 from sqlalchemy.orm import Session
 
 from svc_monitor.aggregates import Aggregates
+from svc_monitor.cursors import Cursors
 from svc_monitor.schema import (AlertRow, DeadLetterRow, DecisionRow, EvalRow, GenRMSampleRow, GroupRow, MetricRow,
                                 PolicyRow, RolloutRow, SignalRow, StateRow)
 
@@ -116,9 +117,9 @@ def _as_dict(row: Any) -> dict[str, Any]:
     return {c.key: getattr(row, c.key) for c in inspect(row).mapper.column_attrs}
 
 
-class Store(Aggregates):
-    """The rows in (one writer, one transaction a batch) and out (windows, series, decisions, alerts);
-    the per-version and per-source sums are Aggregates'."""
+class Store(Aggregates, Cursors):
+    """The rows in (one writer, one transaction a batch) and out (series, decisions, alerts); the
+    per-version and per-source sums are Aggregates', the rules' reads after an id Cursors'."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -231,41 +232,7 @@ class Store(Aggregates):
             session.commit()
         return deleted
 
-    # ------------------------------------------------------------------ reading: windows
-    def rollouts_after(self, last_id: int, limit: int) -> list[RolloutRow]:
-        with Session(self.engine, expire_on_commit=False) as session:
-            return list(session.scalars(select(RolloutRow).where(RolloutRow.id > last_id)
-                                        .order_by(RolloutRow.id).limit(limit)))
-
-    def groups_after(self, last_seq: int, limit: int) -> list[GroupRow]:
-        """Scored groups stored after `last_seq`, in arrival order."""
-        with Session(self.engine, expire_on_commit=False) as session:
-            return list(session.scalars(select(GroupRow).where(GroupRow.seq > last_seq)
-                                        .order_by(GroupRow.seq).limit(limit)))
-
-    def genrm_after(self, last_id: int, limit: int) -> list[GenRMSampleRow]:
-        with Session(self.engine, expire_on_commit=False) as session:
-            return list(session.scalars(select(GenRMSampleRow).where(GenRMSampleRow.id > last_id)
-                                        .order_by(GenRMSampleRow.id).limit(limit)))
-
-    def metrics_after(self, last_id: int, name: str) -> list[MetricRow]:
-        with Session(self.engine, expire_on_commit=False) as session:
-            return list(session.scalars(select(MetricRow).where(MetricRow.id > last_id, MetricRow.name == name)
-                                        .order_by(MetricRow.id)))
-
-    def last_id(self, table: type[RolloutRow] | type[GenRMSampleRow] | type[MetricRow]) -> int:
-        with Session(self.engine) as session:
-            return session.scalar(select(func.max(table.id))) or 0
-
     # ------------------------------------------------------------------ reading: plots and rules
-    def rollouts_since_id(self, last_id: int) -> list[tuple[int, int, int, float, int, int]]:
-        """(version, length, window, nll_sum, finish, id) of rollouts stored after `last_id`, oldest first."""
-        r = RolloutRow
-        query = (select(r.policy_version, r.length, r.window, r.nll_sum, r.finish, r.id)
-                 .where(r.id > last_id).order_by(r.id))
-        with Session(self.engine) as session:
-            return [tuple(row) for row in session.execute(query).all()]
-
     def metric_series(self, name: str) -> list[tuple[int, float]]:
         with Session(self.engine) as session:
             rows = session.execute(select(MetricRow.step, MetricRow.value)

@@ -87,18 +87,62 @@ class CurriculumState:
     cooldown: dict[str, int] = field(default_factory=dict)  # source -> its windows still ignored
 
 
-class CurriculumRule:
-    def __init__(self, cfg: CurriculumConfig, state: dict | None = None) -> None:
-        self.cfg = cfg
-        self.state = CurriculumState(**(state or {}))
-        self.rules: dict[str, LevelRule] = {r.source: r for r in cfg.levels}
-        # points kept per series: the longest trend a condition fits (the gain signal is that one)
+def gain_evidence(name: str, condition: Condition, gain: Gain) -> dict[str, float]:
+    """The gain, its standard error, the bound(s) compared and the samples behind it."""
+    return {name: gain.value, f"{name} se": gain.se, f"{name} n": float(gain.n),
+            **({f"{name} upper": gain.upper(condition.confidence)} if condition.below is not None else {}),
+            **({f"{name} lower": gain.lower(condition.confidence)} if condition.above is not None else {})}
+
+
+def describe(stage: Stage) -> str:
+    """A stage's exit conditions in words (the reason a stage command gives)."""
+    parts = []
+    for c in stage.until:
+        bounds = " and ".join([*([f"above {c.above:g}"] if c.above is not None else []),
+                               *([f"below {c.below:g}"] if c.below is not None else [])])
+        on = f" of {', '.join(c.sources)}" if c.sources else ""
+        sure = f" at {c.confidence:.0%} confidence" if SIGNALS.get(c.signal).is_gain else ""
+        parts.append(f"{c.signal}{on} {bounds} for {c.windows} window(s){sure}")
+    return "; ".join(parts)
+
+
+class Series:
+    """Each series' last points per source, kept in the rule's state (a restart resumes them), and the
+    trends fitted on them; a series keeps as many points as its longest condition's trend spans."""
+
+    def __init__(self, cfg: CurriculumConfig, state: CurriculumState) -> None:
+        self.state = state
         self.spans: dict[str, int] = {ACCURACY: 2}
         for stage in cfg.stages:
             for c in stage.until:
                 spec = SIGNALS.get(c.signal)
                 if spec.is_gain:
                     self.spans[spec.series] = max(self.spans.get(spec.series, 2), c.windows + 1)
+
+    def record(self, series: str, source: str, x: float, e: Estimate) -> None:
+        points = self.state.history.setdefault(series, {}).setdefault(source, [])
+        points.append([x, e.value, e.se, float(e.n), float(e.groups), e.df if math.isfinite(e.df) else 0.0])
+        del points[:-self.spans.get(series, 2)]
+
+    def points(self, series: str, source: str) -> list[tuple[float, Estimate]]:
+        return [(p[0], Estimate(p[1], p[2], int(p[3]), int(p[4]), p[5] or math.inf))
+                for p in self.state.history.get(series, {}).get(source, [])]
+
+    def gain(self, series: str, source: str, windows: int) -> Gain | None:
+        """The trend of the source's series over its last `windows` gains (fewer while it has fewer)."""
+        return trend(self.points(series, source)[-(windows + 1):])
+
+    def gain_with(self, source: str, x: float, e: Estimate) -> Gain | None:
+        """What the source's accuracy gain would be with one more point (nothing is kept)."""
+        return trend([*self.points(ACCURACY, source)[-(self.spans[ACCURACY] - 1):], (x, e)])
+
+
+class CurriculumRule:
+    def __init__(self, cfg: CurriculumConfig, state: dict | None = None) -> None:
+        self.cfg = cfg
+        self.state = CurriculumState(**(state or {}))
+        self.rules: dict[str, LevelRule] = {r.source: r for r in cfg.levels}
+        self.series = Series(cfg, self.state)
         self.heldout: dict[str, float] = {}  # set -> newest held-out pass@1; the controller refreshes it
 
     def snapshot(self) -> dict:
@@ -179,21 +223,15 @@ class CurriculumRule:
         lo, hi = min(versions), max(versions)
         measured = window_estimates(rows, cfg.min_judged)
         x = float(s.windows)  # the trend's abscissa: windows evaluated since the start
-        span = self.spans[ACCURACY]
         fresh = act and cfg.enabled and s.started
-        usable: dict[str, Estimate] = {}
         if fresh:
-            for src, e in measured.items():
-                if s.cooldown.get(src, 0) > 0:
-                    s.cooldown[src] -= 1
-                else:
-                    usable[src] = e
+            usable = self._usable(measured)
             for series, estimates in {**(extra or {}), ACCURACY: usable}.items():
                 for src, e in estimates.items():
-                    self._record(series, src, x, e)
-            gains = {src: self._gain(ACCURACY, src, span - 1) for src in usable}
+                    self.series.record(series, src, x, e)
+            gains = {src: self.series.gain(ACCURACY, src, self.series.spans[ACCURACY] - 1) for src in usable}
         else:  # what the gain would be with this window; nothing is kept
-            gains = {src: trend([*self._points(ACCURACY, src)[-(span - 1):], (x, e)]) for src, e in measured.items()}
+            usable, gains = {}, {src: self.series.gain_with(src, x, e) for src, e in measured.items()}
         gains = {src: g for src, g in gains.items() if g is not None}
         out = Outcome(signals=[Signal("curriculum/accuracy", e.value, lo, hi, subject=src)
                                for src, e in measured.items()]
@@ -214,25 +252,15 @@ class CurriculumRule:
         out.signals.append(Signal("curriculum/stage", float(s.stage), lo, hi))
         return out
 
-    def _record(self, series: str, source: str, x: float, e: Estimate) -> None:
-        points = self.state.history.setdefault(series, {}).setdefault(source, [])
-        points.append([x, e.value, e.se, float(e.n), float(e.groups), e.df if math.isfinite(e.df) else 0.0])
-        del points[:-self.spans.get(series, 2)]
-
-    def _points(self, series: str, source: str) -> list[tuple[float, Estimate]]:
-        return [(p[0], Estimate(p[1], p[2], int(p[3]), int(p[4]), p[5] or math.inf))
-                for p in self.state.history.get(series, {}).get(source, [])]
-
-    def _gain(self, series: str, source: str, windows: int) -> Gain | None:
-        """The trend of the source's series over its last `windows` gains (fewer while it has fewer)."""
-        return trend(self._points(series, source)[-(windows + 1):])
-
-    @staticmethod
-    def _gain_evidence(name: str, condition: Condition, gain: Gain) -> dict[str, float]:
-        """The gain, its standard error, the bound(s) compared and the samples behind it."""
-        return {name: gain.value, f"{name} se": gain.se, f"{name} n": float(gain.n),
-                **({f"{name} upper": gain.upper(condition.confidence)} if condition.below is not None else {}),
-                **({f"{name} lower": gain.lower(condition.confidence)} if condition.above is not None else {})}
+    def _usable(self, measured: dict[str, Estimate]) -> dict[str, Estimate]:
+        """The window's estimates of the sources out of their cool-down (each in it counts one down)."""
+        usable = {}
+        for src, e in measured.items():
+            if self.state.cooldown.get(src, 0) > 0:
+                self.state.cooldown[src] -= 1
+            else:
+                usable[src] = e
+        return usable
 
     def _advance(self, facts: WindowFacts, observed: dict[str, float], lo: int, hi: int, out: Outcome) -> bool:
         s, stage = self.state, self.stage
@@ -244,10 +272,10 @@ class CurriculumRule:
             for source in condition.sources if spec.per_source else [""]:
                 key, name = f"{i}/{source}", f"{condition.signal}[{source}]" if source else condition.signal
                 if spec.is_gain:  # the count: the gains its trend spans while its bound is past the threshold
-                    gain = self._gain(spec.series, source, condition.windows)
+                    gain = self.series.gain(spec.series, source, condition.windows)
                     s.streaks[key] = gain.windows if gain is not None and condition.holds_for(gain) else 0
                     if gain is not None:
-                        signals.update(self._gain_evidence(name, condition, gain))
+                        signals.update(gain_evidence(name, condition, gain))
                     thresholds[f"{name} confidence"] = condition.confidence
                 else:
                     value = spec.value(facts, source)
@@ -264,20 +292,9 @@ class CurriculumRule:
         self._enter(s.stage + 1)
         evidence = Evidence(RULE_STAGE, {**observed, **signals}, thresholds, lo, hi,
                             max(c.windows for c in stage.until))
-        out.commands.append(self._command(RULE_STAGE, f"stage {before} done ({self._describe(stage)}): "
+        out.commands.append(self._command(RULE_STAGE, f"stage {before} done ({describe(stage)}): "
                                           f"{before} -> {self.stage_name}", evidence))
         return True
-
-    @staticmethod
-    def _describe(stage: Stage) -> str:
-        parts = []
-        for c in stage.until:
-            bounds = " and ".join([*([f"above {c.above:g}"] if c.above is not None else []),
-                                   *([f"below {c.below:g}"] if c.below is not None else [])])
-            on = f" of {', '.join(c.sources)}" if c.sources else ""
-            sure = f" at {c.confidence:.0%} confidence" if SIGNALS.get(c.signal).is_gain else ""
-            parts.append(f"{c.signal}{on} {bounds} for {c.windows} window(s){sure}")
-        return "; ".join(parts)
 
     def _ramp(self, observed: dict[str, float], lo: int, hi: int, out: Outcome) -> None:
         s, stage = self.state, self.stage

@@ -85,36 +85,43 @@ def test_versions_are_evaluated_and_a_gone_or_altered_checkpoint_is_skipped_and_
         assert skipped.get('m1flow_eval_skipped_total{reason="checksum"}') == 1.0, skipped
         assert proc.alive()
 
-        got = by_key(results(bootstrap, run))
-        assert all(len(copies) == 1 for copies in got.values())
-        first = got["sums/v0"][0]
-        assert first["prompts"] == 6 and first["samples"] == 4 and len(first["prompt_correct"]) == 6
-        assert first["checkpoint_uri"] == uri_for(policy) and first["sha256"] == sha
-        low, pass1, high = (first.get(k, 0.0) for k in ("pass1_low", "pass1", "pass1_high"))  # JSON leaves 0 out
-        assert low <= pass1 <= high and high > 0
-        ks = {k: first.get("pass_at_k", {}).get(k, 0.0) for k in ("1", "4")}
-        assert ks["4"] >= ks["1"] == pytest.approx(pass1)
-        # the same weights, the same seeds per (set, prompt): the same samples, the same verdicts
-        assert all(outcome(got[k][0]) | {"policy_version": 0} == outcome(first) | {"policy_version": 0}
-                   for k in ("sums/v1", "sums/v2", "sums/v5"))
-
-        # a person asks for a version already done (nothing new), one never announced (skipped, counted)
-        # and a set that does not exist; then for v3's checkpoint once it exists
-        for version, sets in ((1, []), (7, []), (5, ["nope"])):
-            producer.send(CONTROL, "evaluate", control_command("evaluate", "test", version=version, sets=sets))
-        shutil.copytree(policy, tmp_path / "rotated-away")
-        producer.send(CONTROL, "evaluate", control_command("evaluate", "test", version=3))
-        producer.flush()
-        wait_for(lambda: "sums/v3" in by_key(results(bootstrap, run)), 60, "v3 evaluated on request")
-        skipped = metric(proc, "m1flow_eval_skipped_total")
-        assert skipped.get('m1flow_eval_skipped_total{reason="unknown_version"}') == 1.0, skipped
-        assert skipped.get('m1flow_eval_skipped_total{reason="unknown_set"}') == 1.0, skipped
-        got = by_key(results(bootstrap, run))
-        assert sorted(got) == sorted(want | {"sums/v3"}) and all(len(c) == 1 for c in got.values())
-        assert got["sums/v3"][0]["trigger"] == "control" and got["sums/v5"][0]["trigger"] == "schedule"
+        check_scheduled_results(by_key(results(bootstrap, run)), policy, sha)
+        check_requests_by_control(producer, proc, bootstrap, run, policy, want)
     finally:
         proc.stop()
         producer.close()
+
+
+def check_scheduled_results(got: dict[str, list[dict]], policy: Path, sha: str) -> None:
+    """One result per version, its numbers consistent, the same weights giving the same outcome."""
+    assert all(len(copies) == 1 for copies in got.values())
+    first = got["sums/v0"][0]
+    assert first["prompts"] == 6 and first["samples"] == 4 and len(first["prompt_correct"]) == 6
+    assert first["checkpoint_uri"] == uri_for(policy) and first["sha256"] == sha
+    low, pass1, high = (first.get(k, 0.0) for k in ("pass1_low", "pass1", "pass1_high"))  # JSON leaves 0 out
+    assert low <= pass1 <= high and high > 0
+    ks = {k: first.get("pass_at_k", {}).get(k, 0.0) for k in ("1", "4")}
+    assert ks["4"] >= ks["1"] == pytest.approx(pass1)
+    # the same weights, the same seeds per (set, prompt): the same samples, the same verdicts
+    assert all(outcome(got[k][0]) | {"policy_version": 0} == outcome(first) | {"policy_version": 0}
+               for k in ("sums/v1", "sums/v2", "sums/v5"))
+
+
+def check_requests_by_control(producer: Producer, proc, bootstrap: str, run: str, policy: Path, want: set) -> None:
+    """A person asks for a version already done (nothing new), one never announced (skipped, counted)
+    and a set that does not exist; then for v3's checkpoint once it exists."""
+    for version, sets in ((1, []), (7, []), (5, ["nope"])):
+        producer.send(CONTROL, "evaluate", control_command("evaluate", "test", version=version, sets=sets))
+    shutil.copytree(policy, policy.parent / "rotated-away")
+    producer.send(CONTROL, "evaluate", control_command("evaluate", "test", version=3))
+    producer.flush()
+    wait_for(lambda: "sums/v3" in by_key(results(bootstrap, run)), 60, "v3 evaluated on request")
+    skipped = metric(proc, "m1flow_eval_skipped_total")
+    assert skipped.get('m1flow_eval_skipped_total{reason="unknown_version"}') == 1.0, skipped
+    assert skipped.get('m1flow_eval_skipped_total{reason="unknown_set"}') == 1.0, skipped
+    got = by_key(results(bootstrap, run))
+    assert sorted(got) == sorted(want | {"sums/v3"}) and all(len(c) == 1 for c in got.values())
+    assert got["sums/v3"][0]["trigger"] == "control" and got["sums/v5"][0]["trigger"] == "schedule"
 
 
 def test_a_kill_mid_version_redoes_only_what_was_not_published_and_a_replay_gives_the_same_results(
@@ -165,12 +172,9 @@ def test_held_out_rows_never_reach_training_and_the_monitor_keeps_one_row_per_re
     """The whole loop with the stage beside it: the eval set is rows 0..7 of the training generator
     itself, so svc_source must drop them (and any row with the same prompt); the learner's versions are
     evaluated one after another; the monitor stores each result once, even when it arrives again."""
-    from m1flow.bus.lag import GroupLag
     from m1flow.data.dataset import DatasetConfig, open_source
     from m1flow.heldout import EvalSetConfig, load_set, prompt_key
-    from ops.control_cli import format_report
     from ops.stack import Stack
-    from svc_monitor.client import report
     from tests.integration.helpers import policy_versions, scored_by_group
 
     arith = {"generator": "arith", "name": "arith", "seed": 3, "config": {"max_operand": 12}}
@@ -203,24 +207,31 @@ def test_held_out_rows_never_reach_training_and_the_monitor_keeps_one_row_per_re
         dropped = metric(stack.get("source"), "m1flow_source_heldout_dropped_total")
         assert dropped == {'m1flow_source_heldout_dropped_total{source="arith"}': float(len(training) - len(kept))}
 
-        # the monitor: one row per (set, version); the same results arriving again change nothing
-        monitor = stack.get("monitor").grpc_address
-        stored = lambda: {(r.set, r.policy_version): r for r in report(monitor).evals if r.run_id == "heldout"}  # noqa: E731
-        wait_for(lambda: {("arith", v) for v in (0, 1, 2)} <= set(stored()), 60, "the results in the monitor")
-        before = stored()
-        producer = Producer(boot, "test-duplicates")
-        for value in results(boot, "heldout"):
-            again = json_format.ParseDict(value, events.EvalResult())
-            producer.send(EVALS, f"heldout/{again.set}/v{again.policy_version}", again)
-        producer.close()
-        lag = GroupLag(boot, "test-lag")
-        try:
-            wait_for(lambda: lag.lag("m1flow-monitor", "evals") == 0, 60, "the monitor to read the copies")
-        finally:
-            lag.close()
-        after = report(monitor).evals
-        assert len([r for r in after if r.run_id == "heldout"]) == len(stored()) >= len(before)
-        assert all(stored()[key].pass1 == row.pass1 for key, row in before.items())
-        assert "held-out (svc_eval" in format_report(report(monitor))
+        check_monitor_keeps_one_row(boot, stack.get("monitor").grpc_address)
     finally:
         stack.stop()
+
+
+def check_monitor_keeps_one_row(boot: str, monitor: str) -> None:
+    """The monitor: one row per (set, version); the same results arriving again change nothing."""
+    from m1flow.bus.lag import GroupLag
+    from ops.control_cli import format_report
+    from svc_monitor.client import report
+
+    stored = lambda: {(r.set, r.policy_version): r for r in report(monitor).evals if r.run_id == "heldout"}  # noqa: E731
+    wait_for(lambda: {("arith", v) for v in (0, 1, 2)} <= set(stored()), 60, "the results in the monitor")
+    before = stored()
+    producer = Producer(boot, "test-duplicates")
+    for value in results(boot, "heldout"):
+        again = json_format.ParseDict(value, events.EvalResult())
+        producer.send(EVALS, f"heldout/{again.set}/v{again.policy_version}", again)
+    producer.close()
+    lag = GroupLag(boot, "test-lag")
+    try:
+        wait_for(lambda: lag.lag("m1flow-monitor", "evals") == 0, 60, "the monitor to read the copies")
+    finally:
+        lag.close()
+    after = report(monitor).evals
+    assert len([r for r in after if r.run_id == "heldout"]) == len(stored()) >= len(before)
+    assert all(stored()[key].pass1 == row.pass1 for key, row in before.items())
+    assert "held-out (svc_eval" in format_report(report(monitor))

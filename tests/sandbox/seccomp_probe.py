@@ -20,11 +20,22 @@ NO_FD = -1
 CLONE_THREAD = 0x00010000  # without CLONE_SIGHAND: clone refuses (EINVAL) before making anything
 
 
-def cases() -> list[tuple[str, str, tuple, bool]]:
+Case = tuple[str, str, tuple, bool]
+s = ctypes.c_char_p
+
+
+def cases() -> list[Case]:
     """(label, system call, arguments, also made without the filter)."""
     from svc_sandbox.backends.seccomp import NAMESPACE_FLAGS
-    s = ctypes.c_char_p
-    table = [
+    table = [*_kernel_interfaces(), *_mounts_and_modules(), *_machine_state()]
+    table += [(f"clone {name}", "clone", (flag | CLONE_THREAD, 0, 0, 0, 0), True)
+              for name, flag in NAMESPACE_FLAGS.items()]
+    return table
+
+
+def _kernel_interfaces() -> list[Case]:
+    """Keyrings, BPF, perf, io_uring and the handle and log calls."""
+    return [
         ("add_key", "add_key", (s(b"user"), s(b"m1flow-probe"), s(b"x"), 1, -3), True),  # -3: this session's keyring
         ("keyctl", "keyctl", (0, -3, 0), True),  # KEYCTL_GET_KEYRING_ID
         ("request_key", "request_key", (s(b"user"), s(b"m1flow-none"), None, 0), True),
@@ -39,6 +50,12 @@ def cases() -> list[tuple[str, str, tuple, bool]]:
         ("name_to_handle_at", "name_to_handle_at", (NO_FD, BAD, BAD, BAD, 0), True),
         ("open_by_handle_at", "open_by_handle_at", (NO_FD, BAD, 0), True),
         ("syslog", "syslog", (10, None, 0), True),  # SYSLOG_ACTION_SIZE_BUFFER: read-only
+    ]
+
+
+def _mounts_and_modules() -> list[Case]:
+    """Namespaces, mounts and kernel modules."""
+    return [
         ("unshare", "unshare", (0x04000000,), True),  # a UTS namespace of this probe's own
         ("setns", "setns", (NO_FD, 0), True),
         ("mount", "mount", (None, None, None, 0, None), True),
@@ -55,6 +72,12 @@ def cases() -> list[tuple[str, str, tuple, bool]]:
         ("init_module", "init_module", (BAD, 0, BAD), True),
         ("finit_module", "finit_module", (NO_FD, BAD, 0), True),
         ("delete_module", "delete_module", (s(b"m1flow_none"), 0), True),
+    ]
+
+
+def _machine_state() -> list[Case]:
+    """The machine's own state (reboot, swap, clocks, names, ports) and other processes' memory."""
+    return [
         ("kexec_load", "kexec_load", (0, 0, None, 0xFFFF0000), False),
         ("kexec_file_load", "kexec_file_load", (NO_FD, NO_FD, 0, None, 0xFFFF0000), False),
         ("reboot", "reboot", (0, 0, 0, None), False),  # wrong magic numbers
@@ -77,9 +100,6 @@ def cases() -> list[tuple[str, str, tuple, bool]]:
         ("pidfd_getfd", "pidfd_getfd", (NO_FD, NO_FD, 0), True),
         ("clone3", "clone3", (None, 0), True),
     ]
-    table += [(f"clone {name}", "clone", (flag | CLONE_THREAD, 0, 0, 0, 0), True)
-              for name, flag in NAMESPACE_FLAGS.items()]
-    return table
 
 
 def install(bpf: bytes) -> None:
