@@ -7,6 +7,8 @@ svc_eval reports held-out pass@k with `pass_at_k` and the interval of pass@1 wit
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -85,3 +87,30 @@ def bootstrap_interval(rates: list[float], resamples: int = 2000, level: float =
     tail = (1.0 - level) / 2
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def two_proportion_test(correct_a: int, n_a: int, correct_b: int, n_b: int) -> tuple[float, float]:
+    """The pooled two-proportion z-test of b's rate against a's: (z, two-sided p). It treats every
+    sample as independent; samples of one prompt are not (they share its difficulty), so beside it
+    use `paired_flip_test` over the prompts when both rates come from the same prompts."""
+    if n_a < 1 or n_b < 1:
+        raise ValueError(f"two_proportion_test needs samples on both sides, got n={n_a} and n={n_b}")
+    pooled = (correct_a + correct_b) / (n_a + n_b)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+    if se == 0:
+        return 0.0, 1.0
+    z = (correct_b / n_b - correct_a / n_a) / se
+    return z, math.erfc(abs(z) / math.sqrt(2))
+
+
+def paired_flip_test(differences: list[float], resamples: int = 20_000, seed: int = 0) -> float:
+    """Two-sided p of a mean per-prompt difference (one version's rate minus another's on the same
+    prompts) under the null of no change: each prompt's sign flipped at random (a randomisation test,
+    exact in distribution for symmetric nulls, with no normal approximation for a few dozen prompts)."""
+    d = np.asarray(differences, dtype=float)
+    if d.size == 0:
+        raise ValueError("paired_flip_test needs at least one prompt")
+    observed = abs(d.mean())
+    signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(resamples, d.size))
+    extreme = int((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum())
+    return (1 + extreme) / (1 + resamples)

@@ -3,36 +3,41 @@
 The prompt source (svc_source) draws a weighted mixture of three generated families: arithmetic, a
 reasoning-gym task and a logic puzzle family. Cold start (a short SFT on noisy answers of all three,
 cached) of a small model unless `--model DIR` names one, then rollouts -> rewards -> CISPO steps ->
-new policies for a few minutes, with a progress line; ends with reward, accuracy and length per policy
-version, reward and accuracy per source over the first and the last part of the run (both from the
-monitor), and the held-out accuracy per source of the first and the last policy, sampled by the
-rollout service's own engine and scored by each source's verifier.
+new policies for a few minutes, with a progress line every 10 s; ends with reward, accuracy and length
+per policy version, reward and accuracy per source over the first and the last part of the run (both
+from the monitor), and the held-out pass@1 per source of the first and the last policy, measured by the
+evaluation stage (svc_eval: a held-out set per source, sampled with exactly that version by the rollout
+engines and scored by the source's verifier), with its interval, the gain, and two tests of it: the
+two-proportion z-test over samples and a paired test over the prompts (samples of one prompt are not
+independent draws).
 """
 from __future__ import annotations
 
 import json
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 import torch
 from pydantic import BaseModel, field_validator
 
 from m1flow import checkpoint
-from m1flow.security import grpc_tls as tls
+from m1flow.bus import Producer
+from m1flow.bus.topics import CONTROL
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.data.dataset import DatasetConfig
-from m1flow.data.generators import generate as generate_record
-from m1flow.data.record import TaskRecord
+from m1flow.heldout import EvalSetConfig
+from m1flow.security import grpc_tls as tls
+from m1flow.stats import paired_flip_test, two_proportion_test
 from ops.browser import save_page
+from ops.control_cli import control_command
 from ops.services import NAMES
 from ops.stack import Stack
+from ops.topics_io import read_range
 from ops.warmstart import WarmStartConfig
 from svc_monitor.client import report as monitor_report
-from svc_reward.client import LocalScorer
-from svc_rollout.client import generate, known_engine
+from svc_rollout.client import known_engine
 
 # The demo's mixture: arithmetic (the operands the cold start has always used), a reasoning-gym task
 # and a logic family, all with answers of a few tokens ("<answer>2</answer>", "<answer>True</answer>").
@@ -66,8 +71,9 @@ class DemoConfig(BaseModel):
     batch_groups: int = 32
     lr: float | None = None  # None: rl_lr(the starting policy)
     sources: list[DatasetConfig] = DEMO_SOURCES
-    eval_prompts: int = 40  # per source
+    eval_prompts: int = 50  # per source: with eval_samples, the samples behind each (source, version) result
     eval_samples: int = 4
+    eval_every: int = 10  # svc_eval evaluates v0, every eval_every-th version (the dashboard's curve) and the last
     window: int = 24  # "</think>\n<answer>False</answer>" is 21 tokens with the project's tokenizer
     curriculum: dict = DEMO_CURRICULUM  # svc_monitor's `curriculum:` block ({}: the config's mixture throughout)
 
@@ -93,46 +99,52 @@ def warmstart_for(engine: str, mixture: list[DatasetConfig] | None = None) -> Wa
     return WarmStartConfig(arch=arch)
 
 
+def eval_sets(cfg: DemoConfig) -> list[EvalSetConfig]:
+    """svc_eval's held-out sets: per source, rows 0..eval_prompts-1 of a stream (seed EVAL_SEED) that
+    neither the source nor the cold start draws, in the source's window."""
+    return [EvalSetConfig(**{**d.model_dump(), "name": d.source_name, "seed": EVAL_SEED, "prompts": cfg.eval_prompts,
+                             "samples": cfg.eval_samples, "k": [1, cfg.eval_samples], "max_new_tokens": cfg.window})
+            for d in cfg.sources]
+
+
 def source_file(run: Path, cfg: DemoConfig) -> Path:
-    """svc_source's settings (`--config`): the mixture, the demo's group size and learner batch."""
+    """The run's settings, which svc_source (`sources:`, the group size and learner batch) and svc_eval
+    (`eval_sets:`) both read: svc_source keeps the held-out rows out of training."""
     path = run / "sources.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"sources": [d.model_dump() for d in cfg.sources], "group_size": cfg.group_size,
-                                "batch_groups": cfg.batch_groups}, indent=1))
+                                "batch_groups": cfg.batch_groups,
+                                "eval_sets": [s.model_dump(mode="json") for s in eval_sets(cfg)]}, indent=1))
     return path
 
 
-def held_out(cfg: DemoConfig) -> dict[str, list[TaskRecord]]:
-    """Per source, `eval_prompts` items of a stream neither the source nor the cold start draws."""
-    return {d.source_name: [generate_record(d.generator, EVAL_SEED, i, d.level, d.config)
-                            for i in range(cfg.eval_prompts)] for d in cfg.sources}
+Results = dict[str, dict]  # set -> its EvalResult (as JSON) for one version
 
 
-def evaluate(rollout: str, cfg: DemoConfig, records: dict[str, list[TaskRecord]],
-             scorer: LocalScorer) -> tuple[dict[str, float], set[int]]:
-    """Sampled accuracy (temperature 1, as in training) per source on held-out records, by the
-    rollout service's engine, each scored by its source's verifier; and the policy versions that sampled."""
-    items = [(name, i, r) for name, part in records.items() for i, r in enumerate(part)]
-
-    def one(item: tuple[str, int, TaskRecord]) -> list[tuple[str, bool, int]]:
-        name, i, record = item
-        spec = record.to_prompt(cfg.eval_samples).verifier
-        samples = generate(rollout, record.prompt, n=cfg.eval_samples, max_new_tokens=cfg.window, seed=i + 1)
-        return [(name, scorer.score(s.text, spec).correct is True, s.policy_version) for s in samples]
-
-    with ThreadPoolExecutor(16) as pool:  # concurrent requests: the engine batches them
-        results = [r for part in pool.map(one, items) for r in part]
-    accuracy = {name: sum(ok for n, ok, _ in results if n == name) / max(1, sum(n == name for n, _, _ in results))
-                for name in records}
-    return accuracy, {v for _, _, v in results}
+def held_out_results(bootstrap: str, run_id: str, version: int) -> Results:
+    """svc_eval's results for `version` on `evals`, by set."""
+    out = {}
+    for record in read_range(bootstrap, "evals"):
+        value = record["value"]
+        if value.get("run_id") == run_id and int(value.get("policy_version", 0)) == version:
+            out[value["set"]] = value
+    return out
 
 
-def wait_for_version(rollout: str, version: int, timeout: float = 120.0) -> None:
+def wait_for_results(bootstrap: str, run_id: str, version: int, sets: list[str], t0: float,
+                     timeout: float = 900.0) -> Results:
+    """Every set's result for `version`, with a progress line every 10 s while they come."""
     deadline = time.monotonic() + timeout
-    while generate(rollout, "1+1=", max_new_tokens=1)[0].policy_version < version:
+    while True:
+        got = held_out_results(bootstrap, run_id, version)
+        if set(sets) <= set(got):
+            return got
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the rollout service did not load policy v{version}")
-        time.sleep(1)
+            raise TimeoutError(f"svc_eval did not evaluate v{version} on {sorted(set(sets) - set(got))} "
+                               f"within {timeout:.0f}s (its log: logs/eval-0.log in the run dir)")
+        print(f"[{time.monotonic() - t0:6.0f}s] held-out v{version}: {len(got)}/{len(sets)} set(s) evaluated "
+              "by svc_eval ...", flush=True)
+        time.sleep(10)
 
 
 def report(address: str) -> list[rpc.VersionRow]:
@@ -174,18 +186,46 @@ def source_parts(rows: list[rpc.SourceRow], frac: float = 1 / 3) -> dict[str, tu
     return out
 
 
-def print_sources(rows: list[rpc.SourceRow], before: dict[str, float], after: dict[str, float],
-                  first: str, last: str) -> None:
-    """Reward and accuracy per source, first vs last part of the run, beside held-out sampled accuracy."""
+def print_sources(rows: list[rpc.SourceRow]) -> None:
+    """Reward and accuracy per source in training, the first vs the last part of the run."""
     fmt = lambda a: "-" if a is None else f"{a:.3f}"  # noqa: E731
-    print(f"\nsource                    | versions (first) | samples | reward | accuracy | versions (last) | samples "
-          f"| reward | accuracy | held-out {first} -> {last}")
-    parts = source_parts(rows)
-    for name in dict.fromkeys([*parts, *before]):
-        (l1, n1, r1, a1), (l2, n2, r2, a2) = parts.get(name, (("-", 0, 0.0, None), ("-", 0, 0.0, None)))
-        held = f"{fmt(before.get(name))} -> {fmt(after.get(name))}"
+    print("\ntraining, per source       | versions (first) | samples | reward | accuracy | versions (last) | samples "
+          "| reward | accuracy")
+    for name, ((l1, n1, r1, a1), (l2, n2, r2, a2)) in source_parts(rows).items():
         print(f"{name[:25]:<25} | {l1:>16} | {n1:>7} | {r1:>6.3f} | {fmt(a1):>8} | {l2:>15} | {n2:>7} | {r2:>6.3f} "
-              f"| {fmt(a2):>8} | {held}")
+              f"| {fmt(a2):>8}")
+
+
+def compare(first: dict, last: dict) -> tuple[float, float, float]:
+    """(gain in pass@1, p of the two-proportion z-test over samples, p of the paired test over prompts)
+    between two results of one set (JSON EvalResults: proto3 leaves zeros out)."""
+    z_p = two_proportion_test(first.get("correct", 0), first.get("judged", 0), last.get("correct", 0),
+                              last.get("judged", 0))[1]
+    rates = lambda r: [c / n if n else 0.0 for n, c in zip(r.get("prompt_judged", []), r.get("prompt_correct", []))]  # noqa: E731
+    paired = paired_flip_test([b - a for a, b in zip(rates(first), rates(last))])
+    return last.get("pass1", 0.0) - first.get("pass1", 0.0), z_p, paired
+
+
+def print_heldout(first: Results, last: Results, v_first: int, v_last: int, alpha: float = 0.01,
+                  target_gain: float = 0.15, say: Callable[[str], None] = print) -> bool:
+    """Held-out pass@1 per source, first vs last policy, with its tests; True when every source rose
+    with p < alpha on both tests and the gain averaged over sources is at least `target_gain`."""
+    iv = lambda r: f"{r.get('pass1', 0.0):.3f} [{r.get('pass1_low', 0.0):.3f}, {r.get('pass1_high', 0.0):.3f}]"  # noqa: E731
+    say(f"\nheld-out pass@1 (svc_eval; 95% bootstrap interval over prompts) | v{v_first} | v{v_last} | gain | "
+        "samples | p (two-proportion) | p (paired, over prompts)")
+    gains, ok = [], True
+    for name, a in first.items():
+        b = last[name]
+        gain, z_p, paired = compare(a, b)
+        gains.append(gain)
+        ok = ok and gain > 0 and z_p < alpha and paired < alpha
+        say(f"{name[:25]:<25} | {iv(a)} | {iv(b)} | {gain:+.3f} | {a.get('judged', 0)}/{b.get('judged', 0)} "
+            f"| {z_p:.2g} | {paired:.2g}")
+    mean = sum(gains) / max(1, len(gains))
+    ok = ok and mean >= target_gain
+    say(f"mean gain {mean:+.3f}; target (every source up with p < {alpha:g} on both tests, mean gain >= "
+        f"{target_gain:g}): {'met' if ok else 'NOT met'}")
+    return ok
 
 
 def print_curriculum(rep: rpc.MonitorReport) -> None:
@@ -222,42 +262,50 @@ def run_demo(cfg: DemoConfig) -> int:
     torch.set_num_threads(1)
     run = cfg.run_dir.resolve() / "demo"
     shutil.rmtree(run, ignore_errors=True)
+    settings = str(source_file(run, cfg))
     stack = Stack(run, model=cfg.model, warmstart=warmstart_for(cfg.engine, cfg.sources), service_args={
         "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)],
-        "source": ["--config", str(source_file(run, cfg))],
+        "source": ["--config", settings],
+        "eval": ["--config", settings, "--engine", cfg.engine, "--every-versions", str(cfg.eval_every)],
         "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else []})
-    lr = cfg.lr or rl_lr(stack.initial_policy())
+    print(f"m1flow demo: run dir {run}; engine {cfg.engine}; sources "
+          f"{', '.join(f'{d.source_name} ({d.weight:g})' for d in cfg.sources)}", flush=True)
+    lr = cfg.lr or rl_lr(stack.initial_policy())  # the cold start, when not cached, prints its progress
     stack.service_args["learner"] = ["--batch-groups", str(cfg.batch_groups),
                                      "--train", json.dumps({"lr": lr, "minibatches": 2})]
-    print(f"m1flow demo: run dir {run}; engine {cfg.engine}; policy {stack.initial_policy()}; learning rate {lr}; "
-          f"sources {', '.join(f'{d.source_name} ({d.weight:g})' for d in cfg.sources)}; services starting ...")
-    t0 = time.monotonic()
-    records = held_out(cfg)
-    scorer = LocalScorer()
+    print(f"policy {stack.initial_policy()}; learning rate {lr}; services starting ...", flush=True)
+    t0, sets = time.monotonic(), [s.set_name for s in eval_sets(cfg)]
     try:
         stack.start(services=tuple(n for n in NAMES if n != "source"))
-        rollout = stack.get("rollout").grpc_address
-        before, first = evaluate(rollout, cfg, records, scorer)  # v0 alone: no prompt drawn yet
+        first = wait_for_results(stack.bootstrap, stack.run_id, 0, sets, t0)  # v0 before any prompt is drawn
         stack.start_service("source")
         print(stack.status_table())
         monitor = stack.get("monitor").grpc_address
         dashboard = monitor_report(monitor).dashboard_url
         print(f"dashboard: {dashboard} (open it while the run goes on)")
         follow(monitor, cfg.minutes * 60, t0)
-        full = monitor_report(monitor, max_events=50)
-        rows, source_rows = list(full.rows), list(full.source_rows)
-        print(save_page(dashboard, run / "dashboard.png"))
         stack.get("source").stop()
         stack.get("learner").stop()  # the last version stays put while it is evaluated
         final = checkpoint.load_state(checkpoint.latest(run / "learner" / "checkpoints")).version
-        wait_for_version(rollout, final)
-        after, last = evaluate(rollout, cfg, records, scorer)
+        ask_evaluation(stack.bootstrap, final)
+        last = wait_for_results(stack.bootstrap, stack.run_id, final, sets, t0)
+        full = monitor_report(monitor, max_events=50)
+        print(save_page(dashboard, run / "dashboard.png"))
     finally:
         stack.stop()
-        scorer.close()
-    print_table(rows)
-    print_sources(source_rows, before, after, f"v{min(first)}", f"v{max(last)}")
+    print_table(list(full.rows))
+    print_sources(list(full.source_rows))
     print_curriculum(full)
-    print(f"held-out: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
+    print_heldout(first, last, 0, final)
+    print(f"held-out sets: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
           "each scored by its source's verifier")
     return 0
+
+
+def ask_evaluation(bootstrap: str, version: int) -> None:
+    """An `evaluate` command on `control` for `version` (svc_eval's schedule may not land on the last)."""
+    producer = Producer(bootstrap, "m1flow-demo")
+    try:
+        producer.send(CONTROL, "evaluate", control_command("evaluate", "demo: the last policy", version=version))
+    finally:
+        producer.close(timeout=30)

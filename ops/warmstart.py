@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 LIBRARY = Path(chat.__file__).resolve().parent  # m1flow/: a cached policy is a function of its code too
 
+PROGRESS_S = 10.0  # a progress line at most this often while the cold start trains
 Arch = Literal["minimax_m1", "qwen2", "llama"]
 
 # Small transformers architectures built from a config (no download): a few layers, width 128.
@@ -178,7 +180,12 @@ def supervised_finetune(model: nn.Module, tok: Any, cfg: WarmStartConfig) -> lis
     losses = []
     pairs = sft_pairs(cfg, rng)
     model.train()
+    started = shown = time.monotonic()
     for step in range(cfg.steps):
+        if time.monotonic() - shown >= PROGRESS_S:  # a cold start takes minutes on 2 cores: say where it is
+            shown = time.monotonic()
+            print(f"cold start ({cfg.arch}, {cfg.task}): step {step}/{cfg.steps}, loss {losses[-1]:.3f}, "
+                  f"{shown - started:.0f}s", flush=True)
         inputs, targets = sft_step_batch(tok, pairs[step * cfg.batch_size : (step + 1) * cfg.batch_size])
         logits = lm.logits(model, inputs)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)

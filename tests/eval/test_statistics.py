@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from m1flow.contracts import events
-from m1flow.stats import bootstrap_interval, mean_pass_at_k, pass_at_k
+from m1flow.stats import bootstrap_interval, mean_pass_at_k, paired_flip_test, pass_at_k, two_proportion_test
 from svc_eval.result import SetRun
 
 
@@ -98,3 +98,31 @@ def test_a_set_run_counts_verdicts_and_leaves_infrastructure_failures_out():
     assert result.pass1_low <= result.pass1 <= result.pass1_high
     assert result.mean_length == pytest.approx((8 + 12 + 4) / 12)
     assert result.header.message_id == "eval:r/s/v3" and result.checkpoint_uri == "file:///p/v3"
+
+
+def test_the_two_proportion_test_against_a_worked_example_and_its_level_under_the_null():
+    # 40/200 -> 70/200: pooled 0.275, se sqrt(0.275 * 0.725 * 2/200) = 0.04465, z = 0.15 / se
+    z, p = two_proportion_test(40, 200, 70, 200)
+    assert z == pytest.approx(3.3593, abs=1e-3) and p == pytest.approx(math.erfc(3.3593 / math.sqrt(2)), rel=1e-3)
+    assert two_proportion_test(70, 200, 40, 200)[0] == pytest.approx(-z)
+    assert two_proportion_test(0, 10, 0, 10) == (0.0, 1.0)
+    rng = np.random.default_rng(1)  # no change: p < 0.05 about 5% of the time
+    rejects = sum(two_proportion_test(int(rng.binomial(200, 0.3)), 200, int(rng.binomial(200, 0.3)), 200)[1] < 0.05
+                  for _ in range(2000))
+    assert 0.03 < rejects / 2000 < 0.07
+    with pytest.raises(ValueError):
+        two_proportion_test(0, 0, 1, 2)
+
+
+def test_the_paired_flip_test_is_exact_on_a_small_case_and_holds_its_level():
+    # 4 prompts, all +0.5: of the 16 sign patterns only the 2 all-same reach |mean| 0.5, so p -> 2/16
+    assert paired_flip_test([0.5] * 4, resamples=40_000) == pytest.approx(2 / 16, abs=0.01)
+    assert paired_flip_test([0.0] * 5) == 1.0
+    rng = np.random.default_rng(2)  # per-prompt rates that do not change: rejects at 5% about 5% of the time
+    rejects = 0
+    for trial in range(300):
+        rates = rng.uniform(0, 1, 50)
+        a, b = rng.binomial(4, rates) / 4, rng.binomial(4, rates) / 4
+        rejects += paired_flip_test(list(b - a), resamples=2000, seed=trial) < 0.05
+    assert rejects / 300 < 0.09
+    assert paired_flip_test([0.25] * 30 + [0.0] * 20) < 0.001

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -92,6 +93,34 @@ def test_learner_step_moves_logprobs_by_advantage_sign(tmp_path):
     assert float(delta[adv > 0].mean()) > float(delta[adv < 0].mean()), delta
 
 
+def sampled_accuracy(rollout: str, asked: list, scorer, samples: int = 8) -> tuple[float, set[int]]:  # noqa: ANN001
+    """Accuracy of `samples` completions per problem, sampled by the rollout service (temperature 1, its
+    engine batching the concurrent requests), and the policy versions that sampled them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from svc_rollout.client import generate
+
+    def one(item: tuple[int, object]) -> list[tuple[bool, int]]:
+        i, problem = item
+        spec = events.VerifierSpec(kind="arith", gold=problem.answer)
+        return [(scorer.score(s.text, spec).correct is True, s.policy_version)
+                for s in generate(rollout, problem.text, n=samples, max_new_tokens=8, seed=i + 1)]
+
+    with ThreadPoolExecutor(16) as pool:
+        results = [r for part in pool.map(one, enumerate(asked)) for r in part]
+    return sum(ok for ok, _ in results) / len(results), {v for _, v in results}
+
+
+def wait_for_version(rollout: str, version: int, timeout: float = 120.0) -> None:
+    from svc_rollout.client import generate
+
+    deadline = time.monotonic() + timeout
+    while generate(rollout, "1+1=", max_new_tokens=1)[0].policy_version < version:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the rollout service did not load policy v{version}")
+        time.sleep(1)
+
+
 def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     """The production engine in the whole loop: a small Qwen2 (transformers' architecture) sampled by
     vLLM, scored, trained by the learner, reloaded in place. The prompts are 64 problems asked over
@@ -99,36 +128,31 @@ def test_loop_with_vllm_on_a_qwen2_policy_learns(tmp_path, qwen2_policy):
     by the rollout service itself (64 x 8 samples), rises from the first policy to the last."""
     pytest.importorskip("vllm")
     from m1flow import checkpoint
-    from ops.demo import DemoConfig, evaluate, rl_lr, wait_for_version
+    from ops.demo import rl_lr
 
     batch, versions = 16, 96
     asked = problems(seed=3, n=64, max_operand=12)
     stack = Stack(tmp_path, model=qwen2_policy, service_args={
         "learner": ["--batch-groups", str(batch), "--train", json.dumps({"lr": rl_lr(qwen2_policy), "minibatches": 2})],
         "rollout": ["--engine", "vllm", "--group-size", "8"]})
-    cfg = DemoConfig(eval_samples=8, window=8)
-    from m1flow.data.record import TaskRecord, Verifier
     from svc_reward.client import LocalScorer
 
-    held = {"arith": [TaskRecord(id=p.prompt_id, source="arith", prompt=p.text,
-                                 verifier=Verifier(kind="arith", gold=p.answer)) for p in asked]}
     scorer = LocalScorer()
     try:
         stack.start(services=("learner", "reward", "rollout"))
         rollout = stack.get("rollout").grpc_address
-        before, first = evaluate(rollout, cfg, held, scorer)
+        before, first = sampled_accuracy(rollout, asked, scorer)
         # dynamic sampling skips the groups all right or all wrong: publish enough for 96 full batches
         publish(Producer(stack.bootstrap, "test"), asked * (4 * batch * (versions + 8) // len(asked)), 8)
         wait_for(lambda: max(policy_versions(stack.bootstrap)) >= versions, 600, f"{versions} policy versions")
         stack.get("learner").stop()
         final = checkpoint.load_state(checkpoint.latest(tmp_path / "learner" / "checkpoints")).version
         wait_for_version(rollout, final)
-        after, last = evaluate(rollout, cfg, held, scorer)
+        after, last = sampled_accuracy(rollout, asked, scorer)
         engines = {r["value"].get("engine") for r in records(stack.bootstrap, "rollouts")}
     finally:
         stack.stop()
         scorer.close()
-    before, after = before["arith"], after["arith"]
     print(f"\naccuracy on the prompts trained on (64 x 8, sampled by vLLM): v{min(first)} {before:.3f} -> "
           f"v{max(last)} {after:.3f}")
     assert first == {0} and min(last) >= versions and engines == {"vllm"}
