@@ -22,7 +22,8 @@ from pathlib import Path
 from ops import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "m1flow"
-TOOL_CACHE = Path.home() / ".cache" / "m1flow" / "k8s" / "bin"  # where scripts/k8s_local.sh builds them
+TOOL_CACHE = Path(os.environ.get("M1FLOW_K8S_CACHE")  # where scripts/k8s_local.sh builds them
+                  or Path(os.environ.get("M1FLOW_CACHE", Path.home() / ".cache" / "m1flow")) / "k8s") / "bin"
 COMPONENT = "app.kubernetes.io/component"
 INSTANCE = "app.kubernetes.io/instance"
 
