@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from m1flow.engines import ENGINES
+from m1flow.engines import EngineName
 from m1flow.engines.vllm_engine import VllmSettings
 from m1flow.heldout import EvalSetConfig, unique_names
 from m1flow.runtime.config import ServiceConfig
@@ -19,7 +19,7 @@ class EvalConfig(ServiceConfig):
         default_factory=list, description="the held-out sets (m1flow.heldout.EvalSetConfig: a dataset or generator, "
                                           "name, prompts, samples, k); the run's settings file lists them beside `sources:`")
     every_versions: int = Field(5, ge=1, description="evaluate policy version v when v % every_versions == 0 (v0 too)")
-    engine: str = Field("native", description="a name in m1flow.engines.ENGINES, as svc_rollout's --engine")
+    engine: EngineName = Field("native", description="a name in m1flow.engines.ENGINES, as svc_rollout's --engine")
     device: str = Field("auto", description="native/hf engines: auto (CUDA where present), cpu, cuda:N")
     batch_groups: int = Field(8, ge=1, description="native/hf: prompts decoded together per engine step")
     torch_threads: int = Field(1, ge=1, description="CPU threads for sampling (bounds what evaluation takes from training)")
@@ -39,12 +39,6 @@ class EvalConfig(ServiceConfig):
     scoring: RewardConfig = Field(default_factory=RewardConfig,
                                   description="the verifiers' settings (svc_reward's: math, code, genrm, sandbox_address)")
     vllm: VllmSettings = Field(default_factory=VllmSettings)
-
-    @field_validator("engine")
-    @classmethod
-    def _known_engine(cls, value: str) -> str:
-        ENGINES.get(value)  # an unknown name raises, naming the known ones
-        return value
 
     @field_validator("eval_sets")
     @classmethod

@@ -5,7 +5,7 @@ import grpc
 
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.security import grpc_tls as tls
-from m1flow.engines import ENGINES
+from m1flow.engines import ENGINES, known_engine  # noqa: F401 - `--engine` names for the operator
 
 ENGINE_NAMES: tuple[str, ...] = ENGINES.names()  # what `--engine` accepts (m1flow up, the demo, bench)
 
@@ -14,12 +14,6 @@ def group_id_for(prompt_id: str, message_id: str) -> str:
     """The group id a prompt's rollouts (and its ScoredGroup) carry: the prompt id and the prompt
     message's id, so one prompt published twice under two message ids makes two groups."""
     return f"{prompt_id}/{message_id[:8]}"
-
-
-def known_engine(name: str) -> str:
-    """`name` when a rollout replica accepts it as `--engine`; otherwise a ValueError naming the known ones."""
-    ENGINES.get(name)
-    return name
 
 
 def generate(address: str, prompt: str, n: int = 1, max_new_tokens: int = 0, temperature: float = 0.0,

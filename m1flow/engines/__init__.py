@@ -8,7 +8,9 @@ costs nothing (no torch, transformers or vLLM) and a machine without vLLM runs t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
+
+from pydantic import AfterValidator
 
 from m1flow.registry import Registry
 
@@ -29,6 +31,15 @@ class EngineSettings(Protocol):
 
 
 ENGINES: Registry[Callable[[EngineSettings], "Engine"]] = Registry("rollout engine")
+
+
+def known_engine(name: str) -> str:
+    """`name` when it names an engine; otherwise a ValueError naming the known ones."""
+    ENGINES.get(name)
+    return name
+
+
+EngineName = Annotated[str, AfterValidator(known_engine)]  # a config field that must name an engine
 
 
 @ENGINES.register("native")
