@@ -137,8 +137,10 @@ class JailBackend:
         args = [self.config.bwrap, *namespaces, "--die-with-parent", "--new-session",
                 "--json-status-fd", str(status_fd),
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
-                *self._mounts, "--proc", "/proc", "--dev", "/dev",
-                "--size", str(self.config.tmp_bytes), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
+                # the private /tmp first, then the read-only mounts: an interpreter under /tmp (a venv
+                # cached there) stays visible instead of being covered by the tmpfs
+                "--size", str(self.config.tmp_bytes), "--tmpfs", "/tmp", *self._mounts, "--chmod", "1777", "/tmp",
+                "--proc", "/proc", "--dev", "/dev",
                 "--size", str(limits.work_dir_bytes), "--tmpfs", WORK_DIR]
         if filter_fd is not None:
             args += ["--seccomp", str(filter_fd)]
