@@ -55,9 +55,10 @@ export M1FLOW_BUILDING
 [ -z "$M1FLOW_BUILDING" ] || echo "test.sh: still building:$M1FLOW_BUILDING (their tiers run last)" >&2
 
 VENV=$(bash scripts/env.sh)
-# The default warm-started policy (about 1 CPU-minute), trained once beside the first tests: the tests
-# and stacks that start from it wait on its lock (ops/warmstart.py) instead of each training a copy.
-PYTHONPATH=$ROOT "$VENV/bin/python" -m ops.warmstart >"$LOGS/warmstart.log" 2>&1 </dev/null &
+# The default warm-started policy (about 1 CPU-minute; cached, so seconds on a rerun), trained before the
+# tests: beside three workers it took over 10 minutes once, and a stack waiting on it timed out.
+PYTHONPATH=$ROOT "$VENV/bin/python" -m ops.warmstart >"$LOGS/warmstart.log" 2>&1 </dev/null
+echo "test.sh: warm start ready after ${SECONDS} s" >&2
 export M1FLOW_SANDBOX_BASE="${M1FLOW_SANDBOX_BASE:-$(bash scripts/docker_images.sh 2>/dev/null | sed -n 's/^M1FLOW_SANDBOX_BASE=//p')}"
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words by design (make test PYTEST_ARGS="-x tests/rl")
 WORKERS=${M1FLOW_TEST_WORKERS:-3}

@@ -64,7 +64,7 @@ def monitor_rows(address: str) -> dict[str, list]:
 
 def test_two_sources_are_accounted_apart_from_prompt_to_report(tmp_path):
     stack = Stack(tmp_path, service_args={"learner": ["--batch-groups", str(BATCH),
-                                                      "--algorithm", '{"dynamic_sampling": false}']})
+                                                      "--algorithm", '{"dynamic_sampling": false, "max_staleness": 100}']})
     try:
         stack.start(services=("learner", "reward", "rollout", "monitor"))
         publish_two_sources(Producer(stack.bootstrap, "test"))
