@@ -34,7 +34,7 @@ proto:
 	$(PY) -m m1flow.protogen
 
 demo: setup
-	$(PY) -m ops demo --minutes $${MINUTES:-4}
+	$(PY) -m ops demo --minutes $${MINUTES:-8}
 
 # setup, docker and s3, then pytest while the k8s tier builds in the background (scripts/test.sh).
 # The sandbox's run image (scripts/sandbox_image.sh) is built on the base scripts/docker_images.sh chose.

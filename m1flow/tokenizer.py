@@ -29,6 +29,11 @@ ADDED = (chat.THINK_START, chat.THINK_END)  # plain added tokens: kept, verifier
 class TokenizerConfig(BaseModel):
     vocab_size: int = Field(512, ge=len(SPECIAL) + len(ADDED) + 256, description="byte alphabet + merges + specials")
     corpus_conversations: int = Field(20000, description="generated conversations the merges are learned from")
+    prompts_of: list[str] = Field([], description="generators (m1flow.data.generators: 'rg:products', "
+                                  "'logic:...') whose prompts join the corpus, so that their words are tokens: "
+                                  "spelled a letter a token, a reasoning-gym prompt is 150 tokens, too long "
+                                  "for a small model to carry its two operands to the answer")
+    prompts_per_generator: int = 2000
     seed: int = 0
 
 
@@ -38,9 +43,20 @@ def corpus(cfg: TokenizerConfig) -> list[str]:
     half = cfg.corpus_conversations // 2
     pairs = [(p.text, p.answer) for p in arith.problems(seed=cfg.seed, n=half, max_operand=999, ops="+-*")]
     pairs += [(p.text, p.solution) for p in chain.problems(seed=cfg.seed, n=half)]
+    pairs += generated_pairs(cfg)
     rng.shuffle(pairs)
     return [f"{chat.IM_START}user\n{q}{chat.IM_END}\n{chat.IM_START}assistant\n{chat.THINK_START}\n"
             f"{chat.response_text(a)}{chat.IM_END}\n" for q, a in pairs]
+
+
+def generated_pairs(cfg: TokenizerConfig) -> list[tuple[str, str]]:
+    """(prompt, gold) of the first rows of each generator in `prompts_of` (level 1, the tokenizer's seed)."""
+    if not cfg.prompts_of:
+        return []
+    from m1flow.data.generators import generate  # the task families; only a tokenizer that names them needs them
+
+    rows = [generate(name, cfg.seed, i, 1, {}) for name in cfg.prompts_of for i in range(cfg.prompts_per_generator)]
+    return [(r.prompt, r.verifier.gold or "") for r in rows]
 
 
 def train(cfg: TokenizerConfig) -> Tokenizer:
@@ -74,6 +90,15 @@ def _key(cfg: TokenizerConfig) -> str:
     digest = hashlib.sha256(cfg.model_dump_json().encode())
     for src in (Path(__file__), here / "chat.py", here / "tasks" / "arith.py", here / "tasks" / "chain.py"):
         digest.update(src.read_bytes())
+    if cfg.prompts_of:  # their prompts are a function of the generators' code and reasoning-gym's version
+        from importlib.metadata import PackageNotFoundError, version
+
+        for src in sorted((here / "data").glob("generators.py")) + sorted((here / "tasks").rglob("*.py")):
+            digest.update(src.read_bytes())
+        try:
+            digest.update(version("reasoning-gym").encode())
+        except PackageNotFoundError:
+            pass
     return digest.hexdigest()[:16]
 
 

@@ -274,9 +274,10 @@ def _feed_dataset(args: argparse.Namespace, producer) -> int:  # noqa: ANN001 - 
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ops.demo import DemoConfig, run_demo
+    from ops.demo import DEMO_CURRICULUM, DemoConfig, run_demo
 
-    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model))
+    return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model,
+                               curriculum=DEMO_CURRICULUM if args.curriculum else {}))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -289,7 +290,9 @@ def parser() -> argparse.ArgumentParser:
     add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
     add_data_parsers(sub)  # data validate FILE...
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
-    d.add_argument("--minutes", type=float, default=4.0)
+    d.add_argument("--minutes", type=float, default=8.0, help="minutes of RL (after the cold start and v0's evaluation)")
+    d.add_argument("--curriculum", action="store_true",
+                   help="the monitor's curriculum (ops/demo.py DEMO_CURRICULUM) instead of the fixed mixture")
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
     from ops.cluster import add_parser as add_cluster_parser
