@@ -20,7 +20,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from m1flow import chat
-from m1flow.tasks import arith, chain
+from m1flow.tasks import arith, chain, rg
 
 SPECIAL = (chat.PAD, chat.IM_START, chat.IM_END)  # special: dropped when decoding a response
 ADDED = (chat.THINK_START, chat.THINK_END)  # plain added tokens: kept, verifiers read them
@@ -91,14 +91,9 @@ def _key(cfg: TokenizerConfig) -> str:
     for src in (Path(__file__), here / "chat.py", here / "tasks" / "arith.py", here / "tasks" / "chain.py"):
         digest.update(src.read_bytes())
     if cfg.prompts_of:  # their prompts are a function of the generators' code and reasoning-gym's version
-        from importlib.metadata import PackageNotFoundError, version
-
-        for src in sorted((here / "data").glob("generators.py")) + sorted((here / "tasks").rglob("*.py")):
+        for src in [here / "data" / "generators.py", *sorted((here / "tasks").rglob("*.py"))]:
             digest.update(src.read_bytes())
-        try:
-            digest.update(version("reasoning-gym").encode())
-        except PackageNotFoundError:
-            pass
+        digest.update(rg.library_version().encode())
     return digest.hexdigest()[:16]
 
 

@@ -78,7 +78,7 @@ class DemoConfig(BaseModel):
     eval_prompts: int = 100  # per source: with eval_samples, the samples behind each (source, version) result
     eval_samples: int = 4
     eval_every: int = 10  # svc_eval evaluates v0, every eval_every-th version (the dashboard's curve) and the last
-    window: int = 24  # "</think>\n<answer>False</answer>" is 21 tokens with the project's tokenizer
+    window: int = 24  # every source's gold response fits, end of turn included (tests/test_demo_mixture.py)
     # svc_monitor's `curriculum:` block; {} (the default): the mixture above throughout, since a plateau
     # rule cannot tell 'not learning yet' from 'stopped' and moved products' share away at v3
     # (`m1flow demo --curriculum`: DEMO_CURRICULUM)

@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from m1flow import chat, checkpoint, lm
 from m1flow.data.dataset import DatasetConfig
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM
-from m1flow.tasks import arith, chain, recheck
+from m1flow.tasks import arith, chain, recheck, rg
 from m1flow.tokenizer import TokenizerConfig, build_tokenizer
 
 if TYPE_CHECKING:
@@ -239,13 +239,8 @@ def _key(cfg: WarmStartConfig) -> str:
                *sorted((here.parent / "kernels" / "lightning_attn").glob("*.py"))]
     digest = hashlib.sha256(cfg.model_dump_json().encode())
     digest.update(f"transformers {transformers.__version__} torch {torch.__version__}".encode())
-    if cfg.task == "mixture":  # reasoning-gym's items are a function of its version
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            digest.update(f"reasoning-gym {version('reasoning-gym')}".encode())
-        except PackageNotFoundError:
-            pass
+    if cfg.task == "mixture" and rg.library_version():  # reasoning-gym's items are a function of its version
+        digest.update(f"reasoning-gym {rg.library_version()}".encode())
     for src in sources:
         digest.update(src.read_bytes())
     return digest.hexdigest()[:16]

@@ -47,6 +47,16 @@ def _factory() -> Any:
     return factory
 
 
+def library_version() -> str:
+    """reasoning-gym's installed version ('' without it): its items, and whatever is cached from them, follow it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reasoning-gym")
+    except PackageNotFoundError:
+        return ""
+
+
 def task_names() -> list[str]:
     """Every generator this kind serves (reasoning-gym's registry less `composite`)."""
     return sorted(set(_factory().DATASETS) - set(UNSUPPORTED))
