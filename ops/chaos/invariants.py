@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from m1flow.rl.selection import Skipped
 from ops.topics_io import read_range
 
 
@@ -115,12 +116,32 @@ def _check_learner(report: Report, run_dir: Path, scored_at: ScoredAt, batch_gro
     behind = {gid: value for off, gid, value in scored_at if off < offset}
     skipped = {gid for step in (state.skipped_groups if state else []) for gid in step}
     lost = [gid for gid in behind if gid not in applied_set and gid not in skipped]
-    pending = {gid for off, gid, _ in scored_at if off >= offset} - applied_set - set(behind)
+    after = {gid: value for off, gid, value in scored_at if off >= offset and gid not in applied_set and gid not in behind}
+    version = state.version if state else 0
+    trainable = [gid for gid, value in after.items() if _trainable(value, version)]
     report.add("nothing the learner consumed was lost", not lost,
                f"checkpoint at scored/0@{offset}: {len(behind)} groups behind it, {len(lost)} neither applied "
-               f"nor skipped; {len(pending)} groups after it (a partial batch holds < {batch_groups})")
-    report.numbers["pending"] = len(pending)
+               f"nor skipped; {len(after)} groups after it, {len(trainable)} of them trainable "
+               f"(a partial batch holds < {batch_groups})")
+    report.numbers["pending"] = len(trainable)
     return state, applied
+
+
+def _trainable(value: dict, version: int) -> bool:
+    """Whether the learner, at `version` with its default algorithm, would queue this group for a step
+    (m1flow.rl's own selection). Groups it skips (nothing to learn, stale) wait uncommitted until the
+    next step's checkpoint, so they are not a batch the learner owes."""
+    from google.protobuf import json_format
+
+    from m1flow.contracts import events
+    from m1flow.rl.config import AlgorithmConfig
+    from m1flow.rl.filling import BatchFiller
+
+    group = json_format.ParseDict(value, events.ScoredGroup(), ignore_unknown_fields=True)
+    try:
+        return not isinstance(BatchFiller(AlgorithmConfig(), 1).offer(group, version), Skipped)
+    except ValueError:  # not whole: the learner dead-letters it
+        return False
 
 
 def _check_policy(report: Report, bootstrap: str) -> None:
@@ -163,7 +184,8 @@ def settled(bootstrap: str, run_dir: Path, prompt_ids: set[str], bad_records: li
             readers: dict[str, tuple[str, ...]], batch_groups: int) -> Report | None:
     """The report, once the run is done with what it was fed: every check holds (each prompt's group
     scored, each injected bad record dead-lettered by every group that reads its topic, ...) and the
-    learner holds at most a partial batch (fewer than `batch_groups` groups after its newest checkpoint).
+    learner holds at most a partial batch (fewer than `batch_groups` trainable groups after its newest
+    checkpoint).
     None while it is not, or while the broker cannot be read (it may be a fault still recovering). A
     chaos run waits for exactly this, then checks: the conditions themselves, not a timer or a quiet spell."""
     try:
