@@ -80,7 +80,10 @@ class StepStats(Mapping[str, float]):
             out[key] = value / updates if key in _PER_UPDATE else value if key == "num_tokens" else value / n_tok
         out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
         out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
-        out["train_infer_corr"] = pearson_from_moments(moments)
+        corr = pearson_from_moments(moments)
+        out["train_infer_tokens"] = float(moments[0])  # how many tokens it was measured on
+        if corr == corr:  # no value (NaN) on a step with no sample of the trained version: no point
+            out["train_infer_corr"] = corr
         return out
 
     def note(self, values: Mapping[str, float] = {}, **more: float) -> None:  # noqa: B006 - read only

@@ -96,7 +96,8 @@ class Trainer:
 
     def update(self, batch: Batch, stats: StepStats | None = None) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
-        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks, stats)
+        return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks, stats,
+                           version=self.state.version)
 
     def step(self, selected: Sequence[Selected], offsets: dict[str, int],
              skipped: Sequence[Skipped] = ()) -> StepStats:
@@ -149,5 +150,6 @@ def follow(cfg: LearnerServiceConfig, ranks: Ranks) -> None:
     trainer = Trainer(cfg, ranks)
     while (batch := receive_batch()) is not None:
         trainer.update(batch)
+        trainer.state.version += 1  # as rank 0's step does: the next batch trains from the next version
     leave()
     log.info("rank %s done", ranks.rank)

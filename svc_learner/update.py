@@ -238,9 +238,15 @@ def run_updates(
     loss_spec: LossSpec,
     ranks: Ranks = Ranks(),
     stats: StepStats | None = None,
+    version: int | None = None,
 ) -> dict[str, float]:
     """train_on_batch for an already wrapped scorer (SequenceLogprobs, or DDP around one); the step's
-    statistics, added to `stats` (a fresh StepStats by default) and reduced once."""
+    statistics, added to `stats` (a fresh StepStats by default) and reduced once.
+
+    `version`: the policy version of the weights handed in. The train/inference correlation is then
+    measured on the samples that version drew only: a sample of an older version differs from these
+    weights by the updates since, which is staleness, not precision (a pipeline's samples mostly are
+    one to three versions old). None: every sample (an on-policy loop)."""
     stats = StepStats() if stats is None else stats
     parts = minibatch_indices(len(batch), cfg.minibatches, ranks)
     if not parts:
@@ -261,11 +267,18 @@ def run_updates(
         optimizer.step()
         stats.add(policy_stats(logp, objective, mask, entropy), loss, grad_norm / ranks.world, last=step == len(parts) - 1)
         if step == 0 and not recompute:  # the policy that scored minibatch 0 is still the one the batch was handed
-            stats.correlate(logp, mb.rollout_logp, mask)
+            stats.correlate(logp, mb.rollout_logp, _drawn_by(mb, mask, version))
     if recompute:  # the recomputed pass saw the whole batch before any update
         local = torch.cat(parts)
-        stats.correlate(old_logp[local], batch.rollout_logp[local], trainable_mask(batch)[local])
+        stats.correlate(old_logp[local], batch.rollout_logp[local], _drawn_by(batch, trainable_mask(batch), version)[local])
     return stats.reduce(len(parts), ranks, batch.input_ids.device)  # one device for NCCL (CUDA tensors only)
+
+
+def _drawn_by(batch: Batch, mask: Tensor, version: int | None) -> Tensor:
+    """The mask restricted to the samples `version` drew (all of them when version is None)."""
+    if version is None:
+        return mask
+    return mask * (batch.policy_version.to(mask.device) == version).unsqueeze(-1).to(mask.dtype)
 
 
 def train_on_batch(

@@ -138,3 +138,28 @@ def test_checkpoint_rotation_keeps_superseded_ones_for_their_grace_period(tmp_pa
     assert [p.name for p in removed] == ["v000000"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"v{v:06d}" for v in range(1, 6)]
     assert [p.name for p in rotate(tmp_path, keep=2, grace_s=0)] == ["v000001", "v000002", "v000003"]
+
+
+def test_the_precision_correlation_reads_only_the_samples_of_the_trained_version(arch):
+    """A pipeline trains on samples one to three versions old; their log-probs differ from the
+    trained weights by the updates since (staleness), which must not read as a precision problem."""
+    from svc_learner.optim import make_optimizer as opt
+    from svc_learner.update import SequenceLogprobs as Scorer, run_updates
+
+    model = tiny_model(arch)
+    batch = make_batch(model, n=8)
+    stale = torch.arange(8) % 2 == 1
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(batch.rollout_logp.shape, generator=g) * batch.response_mask
+    batch.rollout_logp = torch.where(stale[:, None], batch.rollout_logp + noise, batch.rollout_logp)
+    batch.policy_version = torch.where(stale, torch.tensor(3), torch.tensor(5))
+    cfg = TrainConfig(lr=1e-6, minibatches=1)
+    runs = {}
+    for version in (None, 5, 7):
+        m = copy.deepcopy(model)
+        runs[version] = run_updates(Scorer.configured(m, cfg), opt(m.parameters(), cfg.lr), batch, cfg,
+                                    LossSpec("cispo"), version=version)
+    assert runs[5]["train_infer_corr"] == pytest.approx(1.0, abs=1e-6)
+    assert runs[None]["train_infer_corr"] < 0.99  # every sample: the stale ones' drift counts
+    assert runs[5]["train_infer_tokens"] < runs[None]["train_infer_tokens"]
+    assert "train_infer_corr" not in runs[7] and runs[7]["train_infer_tokens"] == 0  # none drawn by v7
