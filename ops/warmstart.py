@@ -60,6 +60,9 @@ class WarmStartConfig(BaseModel):
     max_operand: int = 12
     ops: str = "+-"
     label_noise: float = 0.5
+    # task mixture: the share of answers written in a form the verifier refuses (malformed()): a cold
+    # start that often breaks the answer format, as one distilled from weaker models does
+    form_noise: float = 0.0
     model_overrides: dict = {}
     task: Literal["arith", "chain", "recheck", "mixture"] = "arith"  # chain: long scratchpad responses (m1flow.tasks.chain)
     # task mixture: noisy gold answers of these generator sources (their seeds are shifted off the ones
@@ -137,8 +140,15 @@ def mixture_examples(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[t
         gold = record.verifier.gold or str(record.verifier.spec.get("solution", ""))
         wrong = record.model_copy(update={"verifier": record.verifier.model_copy(
             update={"gold": noisy_gold(gold, rng, cfg.label_noise)})})
-        out.append((record, gold_answer(wrong.verifier)))
+        answer = gold_answer(wrong.verifier)
+        out.append((record, malformed(answer) if rng.random() < cfg.form_noise else answer))
     return out
+
+
+def malformed(answer: str) -> str:
+    """The answer in a form its verifier refuses: without its <answer> tags, or after a stray '='."""
+    bare = answer.replace("<answer>", "").replace("</answer>", "")
+    return bare if bare != answer else f"= {answer}"
 
 
 def mixture_pairs(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[tuple[str, str]]:

@@ -10,11 +10,11 @@ import pytest
 
 from m1flow.chat import response_text
 from m1flow.contracts import rpc
-from m1flow.kinds import gold_response
+from m1flow.kinds import gold_answer, gold_response
 from ops.demo import (DEMO_SOURCES, EVAL_SEED, DemoConfig, eval_sets, print_heldout, print_sources, source_file,
                       source_parts, warmstart_for)
 from m1flow.tokenizer import build_tokenizer
-from ops.warmstart import WarmStartConfig, _key, mixture_examples, mixture_pairs, noisy_gold, sft_pairs
+from ops.warmstart import WarmStartConfig, _key, malformed, mixture_examples, mixture_pairs, noisy_gold, sft_pairs
 from svc_reward.client import LocalScorer
 from svc_source.config import SourceConfig
 
@@ -37,7 +37,7 @@ def test_the_demos_tokenizer_spells_its_families_words_as_words():
     from m1flow.data.generators import generate
 
     warm = warmstart_for("native", DEMO_SOURCES)
-    assert warm.tokenizer.prompts_of == ["rg:chain_sum", "rg:products"]
+    assert set(warm.tokenizer.prompts_of) >= {d.generator for d in DEMO_SOURCES if d.generator != "arith"}
     plain, demo = build_tokenizer(WarmStartConfig().tokenizer), build_tokenizer(warm.tokenizer)
     record = generate("rg:products", EVAL_SEED, 0, 1, {})
     assert len(chat.prompt_ids(demo, record.prompt)) * 2 < len(chat.prompt_ids(plain, record.prompt))
@@ -106,8 +106,8 @@ def test_the_source_file_is_svc_source_settings(tmp_path):
 
 
 def test_held_out_items_are_another_stream_than_the_source_and_the_cold_start():
-    """Another stream, not other items: at level 1 the item spaces are small (a sum of two digits),
-    so a held-out prompt may also be drawn in training, as with the arithmetic demo before."""
+    """Another stream, not other items: at level 1 the item spaces are small (a sum of two digits), so
+    the stream alone would not keep a held-out problem out of training; svc_source drops its prompts."""
     from m1flow.data.generators import generate
 
     cfg = DemoConfig(eval_prompts=10)
@@ -135,6 +135,20 @@ def test_mixture_answers_are_what_each_verifier_reads_right_but_not_always():
                    for r, a in mixture_examples(clean, 60, random.Random(1)))
     for family, oks in right.items():
         assert 0.3 < sum(oks) / len(oks) < 0.95, (family, sum(oks) / len(oks))
+
+
+def test_form_noise_writes_right_values_in_forms_every_verifier_refuses():
+    """The cold start's format errors: the value right (no label noise), the form one the verifier
+    refuses, so RL has a skill to teach that carries over to prompts it never trains on."""
+    broken = WarmStartConfig(task="mixture", mixture=DEMO_SOURCES, label_noise=0.0, form_noise=1.0)
+    examples = mixture_examples(broken, 60, random.Random(2))
+    assert {r.verifier.kind for r, _ in examples} == {d.generator for d in DEMO_SOURCES}
+    with LocalScorer() as scorer:
+        for record, answer in examples:
+            verifier = record.to_prompt(1).verifier
+            assert scorer.score(response_text(answer), verifier).correct is False, answer
+            assert gold_answer(record.verifier).replace("<answer>", "").replace("</answer>", "") in answer
+    assert malformed("<answer>4</answer>") == "4" and malformed("12") == "= 12"
 
 
 def test_mixture_pairs_are_the_sft_task_and_batch_by_length():
