@@ -444,7 +444,12 @@ def main() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         shutil.rmtree(home, ignore_errors=True)
         table(args, kafka, local)
-        print(f"\nload average at the end {', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
+    end_of_run(reason)
+
+
+def end_of_run(reason: str) -> None:
+    """The load average the run ended under; exit 2 with the reason when it was stopped early."""
+    print(f"\nload average at the end {', '.join(f'{x:.1f}' for x in psutil.getloadavg())}", flush=True)
     if reason:
         print(f"\nincomplete: {reason}", file=sys.stderr, flush=True)
         sys.exit(2)
