@@ -297,9 +297,10 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
             version = seen
         announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"]
                      for r in read_range(stack.bootstrap, "policy")}
-        first = min(r["timestamp_ms"] for r in read_range(stack.bootstrap, "prompts"))
+        prompts = list(read_range(stack.bootstrap, "prompts"))
+        first = min(r["timestamp_ms"] for r in prompts)
         published = sorted((int((r["value"].get("origin") or {}).get("draw", 0)), r["value"].get("text", ""))
-                           for r in read_range(stack.bootstrap, "prompts") if "value" in r)
+                           for r in prompts if "value" in r)
         out.prompts = [text for _, text in published]  # in the source's draw order (partitions interleave)
         stale = sum(int(float((v.get("stats") or {}).get("samples_left_out_stale", 0)))
                     for v in latest_version(stack.bootstrap))

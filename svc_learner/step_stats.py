@@ -9,6 +9,7 @@ plain dict of name -> float, which is what `run_updates` returns) is what `polic
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
@@ -82,7 +83,7 @@ class StepStats(Mapping[str, float]):
         out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
         corr = pearson_from_moments(moments)
         out["train_infer_tokens"] = float(moments[0])  # how many tokens it was measured on
-        if corr == corr:  # no value (NaN) on a step with no sample of the trained version: no point
+        if not math.isnan(corr):  # no value on a step with no sample of the trained version: no point
             out["train_infer_corr"] = corr
         return out
 
