@@ -72,12 +72,15 @@ def run(sandbox: Sandbox, code: str, **kw):
 
 
 def run_containers(token: str) -> list:
-    """Run containers (alive or not) whose command holds `token`."""
+    """Run containers (alive or not) whose command holds `token`.
+
+    One listing call and no per-container inspect: a container another test's run removes between
+    the two would otherwise fail this check with "No such container"."""
     import docker
     client = docker.from_env()
     try:
-        return [c for c in client.containers.list(all=True, filters={"label": SANDBOX_LABEL})
-                if token in json.dumps(c.attrs["Config"]["Cmd"])]
+        return [c["Id"] for c in client.api.containers(all=True, filters={"label": SANDBOX_LABEL})
+                if token in c["Command"]]
     finally:
         client.close()
 
