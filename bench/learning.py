@@ -331,11 +331,34 @@ def scored_group(key: str, record: TaskRecord, result: Any, engine: Any, scorer:
     return group
 
 
+def rollout_step(engine: Any, records: Sequence[TaskRecord], s: Settings, seed: int, step: int,
+                 scorer: LocalScorer) -> list[Selected]:
+    """One batch of the in-process loop: each record's group sampled with the engine's loaded policy
+    (version `step`), scored, and selected with advantages, in the stream's order."""
+    from m1flow.engines.base import GroupRequest
+
+    part = {f"{step}-{i:04d}": r for i, r in enumerate(records)}
+    for i, (key, rec) in enumerate(part.items()):
+        engine.submit(GroupRequest(key, engine.prompt_ids(rec.text), s.group, s.window, 1.0, s.top_p,
+                                   seed_for(seed, step, i), 3000, 0.99))
+    results = []
+    while engine.in_flight():
+        results += engine.step()
+    selected = []
+    for result in sorted(results, key=lambda r: r.request.key):  # the stream's order
+        outcome = s.algorithm().select(scored_group(result.request.key, part[result.request.key], result, engine,
+                                                    scorer, s, step), current_version=step)
+        if not isinstance(outcome, Selected):
+            raise RuntimeError(f"in process: group {result.request.key} skipped ({outcome}) with dynamic "
+                               "sampling off")
+        selected.append(outcome)
+    return selected
+
+
 def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], run: Path,
                deadline: Deadline, scorer: LocalScorer) -> SideRun:
     """Generate, score, select, train, checkpoint and reload, `steps` times, one after the other."""
     from m1flow.engines import build
-    from m1flow.engines.base import GroupRequest
     from svc_learner.batching import to_batch
     from svc_learner.optim import make_optimizer
     from svc_learner.update import train_on_batch
@@ -351,22 +374,9 @@ def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], 
     started = time.perf_counter()
     for step in range(s.steps):
         deadline.check(f"in process: step {step + 1} of {s.steps}")
-        part = {f"{step}-{i:04d}": r for i, r in enumerate(batches[step * s.batch:(step + 1) * s.batch])}
-        for i, (key, rec) in enumerate(part.items()):
-            engine.submit(GroupRequest(key, engine.prompt_ids(rec.text), s.group, s.window, 1.0, s.top_p,
-                                       seed_for(seed, step, i), 3000, 0.99))
-        results = []
-        while engine.in_flight():
-            results += engine.step()
-        selected = []
-        for result in sorted(results, key=lambda r: r.request.key):  # the stream's order
-            outcome = algorithm.select(scored_group(result.request.key, part[result.request.key], result, engine,
-                                                    scorer, s, step), current_version=step)
-            if not isinstance(outcome, Selected):
-                raise RuntimeError(f"in process: group {result.request.key} skipped ({outcome}) with dynamic "
-                                   "sampling off")
-            selected.append(outcome)
-        out.prompts += [part[r.group_id].text for r in selected]
+        part = batches[step * s.batch:(step + 1) * s.batch]
+        selected = rollout_step(engine, part, s, seed, step, scorer)
+        out.prompts += [r.text for r in part]
         train_on_batch(model, optimizer, to_batch(selected, pad_id=tok.pad_token_id or 0), cfg, algorithm.loss())
         state = checkpoint.LearnerState(version=step + 1, step=step + 1)
         directory, sha = checkpoint.save_checkpoint(root, model, tok, None, state, keep=s.steps + 2, grace_s=0)

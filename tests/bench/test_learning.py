@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from m1flow import chat, checkpoint
 from m1flow.bus import codec
@@ -141,3 +142,87 @@ def test_mean_curve_averages_seeds_at_shared_steps() -> None:
     mean = learning.mean_curve([a, b])
     assert [p.step for p in mean] == [0, 1]
     assert mean[1].seconds == pytest.approx(5.0) and mean[1].pass1 == pytest.approx(0.5)
+
+
+class RecordingAdamW(torch.optim.AdamW):
+    """AdamW that keeps the gradient it steps on (flattened in the model's parameter order)."""
+
+    def __init__(self, named: list[tuple[str, torch.nn.Parameter]], **kw) -> None:
+        super().__init__([p for _, p in named], **kw)
+        self.named, self.grads = named, []
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.grads.append(flat_grad(self.named))
+        return super().step(closure)
+
+
+def flat_grad(named: list[tuple[str, torch.nn.Parameter]]) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel()) for _, p in named])
+
+
+def trl_inputs(selected: list, pad: int) -> dict[str, torch.Tensor]:
+    """The selected samples as TRL's GRPOTrainer hands them to its loss: prompts left-padded, completions
+    right-padded, old log-probs, advantages, and the token count of the whole generation batch."""
+    rows = [(g.group.samples[i], adv) for g in selected for i, adv in zip(g.samples, g.advantages)]
+    width_p = max(len(x.prompt_token_ids) for x, _ in rows)
+    width_c = max(len(x.token_ids) for x, _ in rows)
+    out = {"prompt_ids": torch.full((len(rows), width_p), pad), "prompt_mask": torch.zeros(len(rows), width_p, dtype=torch.long),
+           "completion_ids": torch.full((len(rows), width_c), pad),
+           "completion_mask": torch.zeros(len(rows), width_c, dtype=torch.long),
+           "old_per_token_logps": torch.zeros(len(rows), width_c), "advantages": torch.tensor([a for _, a in rows])}
+    for j, (x, _) in enumerate(rows):
+        p, c = list(x.prompt_token_ids), list(x.token_ids)
+        out["prompt_ids"][j, width_p - len(p):], out["prompt_mask"][j, width_p - len(p):] = torch.tensor(p), 1
+        out["completion_ids"][j, :len(c)], out["completion_mask"][j, :len(c)] = torch.tensor(c), 1
+        out["old_per_token_logps"][j, :len(c)] = torch.tensor(list(x.logprobs))
+    out["num_items_in_batch"] = out["completion_mask"].sum()
+    return out
+
+
+def test_one_batch_moves_the_weights_as_trls_trainer(qwen2_policy: Path, tmp_path: Path, scorer) -> None:
+    """The same sampled batch, trained on by m1flow's learner step (train_on_batch) and by TRL's
+    GRPOTrainer (its CISPO loss and normaliser, its optimizer from the matched config, clipping as its
+    accelerator does): each minibatch's gradient points the same way and the weights end where TRL's do.
+    What is left to differ between the sides of bench/learning.py is then the sampling, not the update."""
+    from m1flow.engines import build
+    from svc_learner.batching import to_batch
+    from svc_learner.update import Ranks, minibatch_indices, train_on_batch
+    from svc_rollout.config import RolloutConfig
+
+    s = Settings(steps=1, group=8, batch=8, minibatches=2, window=8)
+    records = learning.first_records(s)
+    engine = build(RolloutConfig(engine=learning.ENGINE, batch_groups=s.batch, group_size=s.group, device="cpu"))
+    engine.load(events.PolicyVersion(version=0, checkpoint_uri=checkpoint.uri_for(qwen2_policy)))
+    selected = learning.rollout_step(engine, records, s, 0, 0, scorer)
+    assert sum(any(a != 0 for a in g.advantages) for g in selected) >= 2  # something to learn from
+    tok = checkpoint.load_tokenizer(qwen2_policy)
+    cfg = s.train()
+
+    ours = checkpoint.load_model(qwen2_policy, trainable=True)
+    named = list(ours.named_parameters())
+    optimizer = RecordingAdamW(named, lr=cfg.lr, betas=learning.BETAS, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    train_on_batch(ours, optimizer, to_batch(selected, pad_id=tok.pad_token_id or 0), cfg, s.algorithm().loss())
+
+    trainer = learning.trl_trainer(qwen2_policy, s, 0, records, tmp_path / "trl", scorer)
+    theirs, trl_optimizer = trainer.model, trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which this test stands in for
+    theirs.train()
+    inputs = trl_inputs(selected, tok.pad_token_id or 0)
+    trl_grads = []
+    for idx in minibatch_indices(len(inputs["advantages"]), cfg.minibatches, Ranks()):
+        part = {k: v if k == "num_items_in_batch" else v[idx] for k, v in inputs.items()}
+        trl_optimizer.zero_grad(set_to_none=True)
+        trainer.compute_loss(theirs, part).backward()
+        trl_grads.append(flat_grad(list(theirs.named_parameters())))
+        torch.nn.utils.clip_grad_norm_(list(theirs.parameters()), trainer.args.max_grad_norm)
+        trl_optimizer.step()
+
+    assert len(optimizer.grads) == len(trl_grads) == cfg.minibatches
+    for mine, trl in zip(optimizer.grads, trl_grads):
+        assert torch.nn.functional.cosine_similarity(mine, trl, dim=0) > 0.9999  # sample-normalised instead: 0.9987
+    start = dict(checkpoint.load_model(qwen2_policy).named_parameters())
+    after = dict(theirs.named_parameters())
+    moved = sum(((p - start[n]) ** 2).sum() for n, p in named) ** 0.5
+    apart = sum(((p - after[n]) ** 2).sum() for n, p in named) ** 0.5
+    assert moved > 0 and apart / moved < 1e-3, (float(apart), float(moved))
