@@ -11,9 +11,10 @@ out), with CISPO, the same learning rate, optimizer and window:
               (ops.stack), as bench/pipeline.py runs them; clock from the first prompt on the broker to
               each version's announcement on `policy` (the brokers' timestamps). Rollouts run ahead of
               the learner (at most max_staleness = 2 versions old), which is the point of the design.
-  in process: m1flow's loop one step after the other (bench/pipeline.py's in-process side): generate
-              with the hf engine, score with the real verifiers (svc_reward's LocalScorer), select,
-              train_on_batch, checkpoint, reload the engine.
+  in process: m1flow's loop one step after the other, colocated: generate with the hf engine, score
+              with the real verifiers (svc_reward's LocalScorer), select, train_on_batch, hand the
+              weights to the engine in memory (BatchEngine.load_weights); clock from the start of
+              training, less the checkpoints it writes for evaluation (as TRL's side).
   trl:        TRL's GRPOTrainer (loss_type="cispo"), the same model directory, rewards from the same
               LocalScorer (the record's verifier rides in a dataset column); clock from train start, less
               the time the bench's own callback spends writing the checkpoints it evaluates.
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import signal
 import sys
@@ -243,6 +245,49 @@ def ratios(points: Sequence[Point], trl: Sequence[Point], target: float) -> tupl
     return (mine[0] / theirs[0] if theirs[0] else None), (mine[1] / theirs[1] if theirs[1] else None)
 
 
+def interval(side: Sequence[Curve], trl: Sequence[Curve], target: float, draws: int = 2000,
+             seed: int = 0) -> tuple[float, float] | None:
+    """95% interval of the samples-to-target ratio to TRL, resampling seeds (each drawn seed brings its
+    curve on both sides: the seeds share the stream and the evaluation draws, so the pairs go together);
+    None with fewer than 3 shared seeds or when most resamples never reach the target. Why: six seeds
+    of this bench spread 0.5-1.9x per seed, so a mean ratio alone cannot say whether a gap is beyond noise."""
+    theirs = {c.seed: c for c in trl}
+    pairs = [(c, theirs[c.seed]) for c in side if c.seed in theirs]
+    if len(pairs) < 3:
+        return None
+    rng, found = random.Random(seed), []
+    for _ in range(draws):
+        pick = [rng.choice(pairs) for _ in pairs]
+        r, _ = ratios(mean_curve([a for a, _ in pick]), mean_curve([b for _, b in pick]), target)
+        if r is not None:
+            found.append(r)
+    if len(found) < draws // 2:
+        return None
+    found.sort()
+    return found[int(0.025 * len(found))], found[int(0.975 * len(found)) - 1]
+
+
+def curves_from_logs(paths: Sequence[Path]) -> dict[str, list[Curve]]:
+    """The per-seed curves earlier runs printed (their `| side seed N | ... |` rows), so that runs on
+    different seeds can be reported together; a (side, seed) printed by two logs keeps the first's."""
+    curves: dict[tuple[str, int], Curve] = {}
+    for path in paths:
+        mine: set[tuple[str, int]] = set()
+        for line in Path(path).read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            name = cells[0].split(" ")
+            if len(cells) != 5 or len(name) != 3 or name[0] not in SIDES or name[1] != "seed":
+                continue
+            key = (name[0], int(name[2]))
+            if key in curves and key not in mine:
+                continue
+            mine.add(key)
+            curves.setdefault(key, Curve(*key, notes=[f"from {path}"])).points.append(
+                Point(int(cells[1]), int(cells[2]), float(cells[3]), float(cells[4])))
+    return {side: [curves[k] for k in sorted(curves) if k[0] == side] for side in SIDES
+            if any(k[0] == side for k in curves)}
+
+
 def default_target(trl_mean: Sequence[Point]) -> float:
     """90% of TRL's final mean pass@1 (the task's default target)."""
     return 0.9 * trl_mean[-1].pass1
@@ -357,7 +402,8 @@ def rollout_step(engine: Any, records: Sequence[TaskRecord], s: Settings, seed: 
 
 def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], run: Path,
                deadline: Deadline, scorer: LocalScorer) -> SideRun:
-    """Generate, score, select, train, checkpoint and reload, `steps` times, one after the other."""
+    """Generate, score, select, train and hand the weights to the engine in memory (BatchEngine.load_weights:
+    a colocated loop), `steps` times, one after the other."""
     from m1flow.engines import build
     from svc_learner.batching import to_batch
     from svc_learner.optim import make_optimizer
@@ -371,18 +417,19 @@ def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], 
     optimizer = make_optimizer(model.parameters(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     out = SideRun(checkpoints={0: policy}, seconds={0: 0.0})
     root, keep = run / "checkpoints", set(s.eval_steps())
-    started = time.perf_counter()
+    started, excluded = time.perf_counter(), 0.0
     for step in range(s.steps):
         deadline.check(f"in process: step {step + 1} of {s.steps}")
         part = batches[step * s.batch:(step + 1) * s.batch]
         selected = rollout_step(engine, part, s, seed, step, scorer)
         out.prompts += [r.text for r in part]
         train_on_batch(model, optimizer, to_batch(selected, pad_id=tok.pad_token_id or 0), cfg, algorithm.loss())
-        state = checkpoint.LearnerState(version=step + 1, step=step + 1)
-        directory, sha = checkpoint.save_checkpoint(root, model, tok, None, state, keep=s.steps + 2, grace_s=0)
-        engine.load(events.PolicyVersion(version=step + 1, checkpoint_uri=checkpoint.uri_for(directory), sha256=sha))
-        if step + 1 in keep:
-            out.checkpoints[step + 1], out.seconds[step + 1] = directory, time.perf_counter() - started
+        engine.load_weights(step + 1, model.state_dict())
+        if step + 1 in keep:  # for evaluation, off the clock (as TRL's side writes its own)
+            t = time.perf_counter()
+            out.seconds[step + 1] = t - started - excluded
+            out.checkpoints[step + 1] = checkpoint.save_policy(root / f"v{step + 1:06d}", model, tok, top_p=s.top_p)
+            excluded += time.perf_counter() - t
     return out
 
 
@@ -556,8 +603,8 @@ def report(curves: dict[str, list[Curve]], s: Settings, target: float | None) ->
     if target <= means["trl"][0].pass1:
         print(f"the target is no gain over the start (pass@1 {means['trl'][0].pass1:.3f} before training): every "
               "side is there at 0 samples and no ratio is defined; TRL did not learn on the held-out set in this run")
-    print("\n| side | samples to target | seconds to target | samples / TRL | seconds / TRL | per seed "
-          "(samples, seconds) / TRL | targets (<= 1.1x samples, <= 1.0x s) |\n|---|---|---|---|---|---|---|")
+    print("\n| side | samples to target | seconds to target | samples / TRL (95%, seeds resampled) | seconds / TRL "
+          "| per seed (samples, seconds) / TRL | targets (<= 1.1x samples, <= 1.0x s) |\n|---|---|---|---|---|---|---|")
     trl_by_seed = {c.seed: c.points for c in curves["trl"]}
     for side, points in means.items():
         at = reach(points, target)
@@ -568,7 +615,9 @@ def report(curves: dict[str, list[Curve]], s: Settings, target: float | None) ->
             if reach(means["trl"], target) in (None, (0.0, 0.0)) else (
             f"samples {'met' if r_samples is not None and r_samples <= TARGET_SAMPLES else 'NOT met'}, "
             f"seconds {'met' if r_seconds is not None and r_seconds <= TARGET_SECONDS else 'NOT met'}")
-        print(f"| {side} | {reached(at, 0)} | {reached(at, 1, ' s')} | {fmt(r_samples)} | {fmt(r_seconds)} | "
+        spread = interval(curves[side], curves["trl"], target) if side != "trl" else None
+        within = f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
+        print(f"| {side} | {reached(at, 0)} | {reached(at, 1, ' s')} | {fmt(r_samples)}{within} | {fmt(r_seconds)} | "
               f"{per_seed} | {met} |")
 
 
@@ -607,11 +656,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--form-noise", type=float, default=0.75, help="the cold start's share of malformed answers")
     ap.add_argument("--label-noise", type=float, default=0.1, help="the cold start's share of near-miss values")
     ap.add_argument("--deadline-s", type=float, default=None)
+    ap.add_argument("--from-logs", type=Path, nargs="+", default=None,
+                    help="train nothing: report the per-seed curves these earlier runs printed, together")
     return ap.parse_args(argv)
 
 
 def main() -> None:
     args = parse()
+    if args.from_logs:
+        curves = curves_from_logs(args.from_logs)
+        print(", ".join(f"{side}: seeds {[c.seed for c in cs]}" for side, cs in curves.items()))
+        report(curves, Settings(), args.target)
+        return
     s = Settings(steps=args.steps, group=args.group, batch=args.batch, lr=args.lr, minibatches=args.minibatches,
                  window=args.window, top_p=args.top_p, eval_every=args.eval_every, eval_prompts=args.eval_prompts,
                  eval_samples=args.eval_samples)

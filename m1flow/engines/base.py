@@ -21,8 +21,11 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from m1flow import chat, checkpoint, store
 from m1flow.contracts import events
@@ -127,11 +130,25 @@ class Engine(ABC):
 class BatchEngine(Engine):
     """Engines that run a batch of whole groups to completion per step (native, HF)."""
 
+    model: Any  # the policy, a torch module in this process
+
     def __init__(self, batch_groups: int, group_size: int) -> None:
         super().__init__()
         self.batch_groups = batch_groups
         self.capacity = batch_groups * group_size
         self.queue: deque[GroupRequest] = deque()
+
+    def load_weights(self, version: int, weights: Mapping[str, Any]) -> None:
+        """Take a policy's weights from a learner in this process, copied in place: a colocated loop
+        (bench/learning.py's in-process side), where writing a checkpoint and reading it back cost a
+        fifth of each step (the services announce checkpoints: they share no memory)."""
+        if self.decoding():
+            raise RuntimeError("a policy may only be loaded with no group part-way decoded")
+        started = time.perf_counter()
+        with torch.no_grad():
+            self.model.load_state_dict(weights, strict=True)
+        self.last_reload_s = time.perf_counter() - started
+        self.version = version
 
     def submit(self, request: GroupRequest) -> None:
         if self.version < 0:

@@ -222,3 +222,26 @@ def test_a_batch_engine_loads_a_policy_between_steps_and_its_queued_groups_take_
     assert [r.version for r in rest] == [1, 1]
     assert all(s.tokens == [seven] * 5 for r in rest for s in r.samples)
     assert any(s.tokens != [seven] * 5 for r in first for s in r.samples)
+
+
+@pytest.mark.parametrize("kind", ["hf", "native"])
+def test_a_batch_engine_takes_weights_from_memory_as_from_their_checkpoint(kind, qwen2_policy, hybrid_policy, tmp_path):
+    """load_weights (a learner in the same process) leaves the engine where loading the same weights'
+    checkpoint does: same version, same tokens and log-probs for the same seeds; and, like load, it
+    refuses while a group is part-way decoded."""
+    start = qwen2_policy if kind == "hf" else hybrid_policy
+    make = (lambda: HFEngine(batch_groups=2, group_size=2, device="cpu")) if kind == "hf" else \
+        (lambda: NativeEngine(batch_groups=2, group_size=2, device="cpu"))
+    loop = looping_copy(start, tmp_path / "loop")
+    from_disk, from_memory = make(), make()
+    from_disk.load(policy(1, loop))
+    from_memory.load(policy(0, start))
+    before = run(from_memory, PROMPTS[:2], n=2, window=5)
+    from_memory.load_weights(1, checkpoint.load_model(loop).state_dict())
+    disk, memory = run(from_disk, PROMPTS[:2], n=2, window=5), run(from_memory, PROMPTS[:2], n=2, window=5)
+    assert from_memory.version == 1 and [r.version for r in memory] == [1, 1]
+    assert [[s.tokens for s in r.samples] for r in memory] == [[s.tokens for s in r.samples] for r in disk]
+    assert [[s.logprobs for s in r.samples] for r in memory] == [[s.logprobs for s in r.samples] for r in disk]
+    assert [[s.tokens for s in r.samples] for r in memory] != [[s.tokens for s in r.samples] for r in before]
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        from_memory.load_weights(2, {"not.a.weight": torch.zeros(1)})
