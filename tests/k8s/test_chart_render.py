@@ -165,12 +165,17 @@ def test_learner_torchrun_rendezvous_at_the_leaders_stable_name(helm, default):
     assert "startupPolicy" not in jobset["spec"]  # InOrder would wait for a leader that waits for the ranks
     pods = jobset_pods(jobset)
     master = "m1flow-learner-leader-0-0.m1flow-learner.m1flow.svc"  # <jobset>-<rjob>-<job>-<pod>.<subdomain>
-    for role, rank in (("leader", "0"), ("worker", "$((JOB_COMPLETION_INDEX + 1))")):
-        c = container(pods[role]["spec"])
-        cmd = c["args"][0]
-        for part in ("--nnodes=2", "--nproc-per-node=4", f"--node-rank={rank}", f"--master-addr={master}",
-                     "--master-port=29500", "-m svc_learner", "--init-checkpoint /data/run/policy0"):
-            assert part in cmd, (role, part, cmd)
+    leader, worker = container(pods["leader"]["spec"]), container(pods["worker"]["spec"])
+    assert leader["command"] == ["python", "-m", "torch.distributed.run", "--node-rank=0"]
+    # a worker's node rank is JOB_COMPLETION_INDEX + 1 ("$$": the kubelet's "$"); its arguments are "$@"
+    assert worker["command"] == ["sh", "-c", 'exec python -m torch.distributed.run '
+                                 '--node-rank="$$((JOB_COMPLETION_INDEX + 1))" "$@"', "torchrun"]
+    assert leader["args"] == worker["args"] == [
+        "--nnodes=2", "--nproc-per-node=4", f"--master-addr={master}", "--master-port=29500", "-m", "svc_learner",
+        "--bootstrap", "m1flow-kafka-kafka-bootstrap:9092", "--run-id", "k8s", "--run-dir", "/data/run",
+        "--grpc-port", "50051", "--metrics-port", "9100", "--init-checkpoint", "/data/run/policy0",
+        "--batch-groups", "16"]
+    for role in ("leader", "worker"):
         assert env_of(pods[role]["spec"])["MASTER_ADDR"] == master
     worker_job = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]
     assert worker_job["completions"] == worker_job["parallelism"] == 1 and worker_job["completionMode"] == "Indexed"
@@ -181,7 +186,7 @@ def test_learner_torchrun_rendezvous_at_the_leaders_stable_name(helm, default):
     assert got["m1flow-learner-worker"]["spec"]["completions"] == 2
     leader = got["m1flow-learner-leader"]["spec"]["template"]["spec"]
     assert leader["subdomain"] == "m1flow-learner"
-    assert "--master-addr=m1flow-learner-leader-0.m1flow-learner.m1flow.svc" in container(leader)["args"][0]
+    assert "--master-addr=m1flow-learner-leader-0.m1flow-learner.m1flow.svc" in container(leader)["args"]
     headless = by_kind(jobs, "Service")["m1flow-learner"]["spec"]
     assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
 

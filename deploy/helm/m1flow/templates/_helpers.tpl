@@ -23,8 +23,9 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .name }}
 {{- end -}}
 
+{{/* The image reference, YAML-quoted (values.schema.json bounds repository and tag to a reference's grammar). */}}
 {{- define "m1flow.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
 {{- end -}}
 
 {{/*
@@ -102,7 +103,7 @@ learner: {health: m1flow.v1.LearnerService, group: m1flow-learner, topic: scored
 {{- define "m1flow.checkpointEnvFrom" -}}
 {{- if eq .Values.checkpoints.store "s3" }}
 - secretRef:
-    name: {{ .Values.checkpoints.s3.credentialsSecret }}
+    name: {{ .Values.checkpoints.s3.credentialsSecret | quote }}
 {{- end }}
 {{- end -}}
 
@@ -152,7 +153,7 @@ that presents the pod's own certificate (the native probe speaks plaintext, whic
 - name: run
 {{- if .root.Values.persistence.enabled }}
   persistentVolumeClaim:
-    claimName: {{ .root.Values.persistence.existingClaim | default (printf "%s-run" (include "m1flow.fullname" .root)) }}
+    claimName: {{ .root.Values.persistence.existingClaim | default (printf "%s-run" (include "m1flow.fullname" .root)) | quote }}
 {{- else }}
   emptyDir: {}
 {{- end }}
@@ -160,7 +161,7 @@ that presents the pod's own certificate (the native probe speaks plaintext, whic
 - name: shm
   emptyDir:
     medium: Memory
-    sizeLimit: {{ .shm.sizeLimit }}
+    sizeLimit: {{ .shm.sizeLimit | quote }}
 {{- end }}
 {{- end -}}
 
@@ -185,12 +186,19 @@ that presents the pod's own certificate (the native probe speaks plaintext, whic
 {{- toYaml $res -}}
 {{- end -}}
 
-{{/* The command every service runs, as compose gives it. */}}
+{{/* One value as an item of a container's command or args list: never parsed by a shell (no
+template puts a value into a `sh -c` string), YAML-quoted, and with each "$" doubled, the kubelet's
+escape, so its $(VAR) expansion of command and args gives back the value itself. */}}
+{{- define "m1flow.arg" -}}
+{{- replace "$" "$$" (toString .) | quote -}}
+{{- end -}}
+
+{{/* The command every service runs, as compose gives it; each value one argument (m1flow.arg). */}}
 {{- define "m1flow.serviceArgs" -}}
 - --bootstrap
-- {{ include "m1flow.bootstrap" .root | quote }}
+- {{ include "m1flow.arg" (include "m1flow.bootstrap" .root) }}
 - --run-id
-- {{ .root.Values.runId | quote }}
+- {{ include "m1flow.arg" .root.Values.runId }}
 - --run-dir
 - /data/run
 - --grpc-port
