@@ -21,9 +21,10 @@ import random
 from google.protobuf.json_format import MessageToJson
 
 from m1flow.bus import codec
+from m1flow.bus.limits import MESSAGE_MAX_BYTES
 from m1flow.contracts import events
 
-RECORD_LIMIT = 16 * 1024 * 1024  # message.max.bytes of the broker and the producers
+RECORD_LIMIT = MESSAGE_MAX_BYTES  # message.max.bytes of the broker and the producers
 
 
 def rollout(tokens: int, prompt_tokens: int, vocab: int, rng: random.Random) -> events.Rollout:

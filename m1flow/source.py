@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from m1flow.bus import codec
+from m1flow.bus.limits import MESSAGE_MAX_BYTES, record_size
 from m1flow.contracts import events
 from m1flow.task_store import TaskStore
 
@@ -60,6 +61,24 @@ def prompt_for(record: "TaskRecord", group_size: int, run_id: str, origin: event
         prompt.origin.CopyFrom(origin)
         prompt.header.message_id = message_id_for(origin.stream, origin.source, origin.epoch, origin.position)
     return prompt
+
+
+# Room for what svc_source stamps on a prompt that a check before any run does not have: the origin
+# (source, stream "<run>/<group>", epoch, position, draw, mixture version) and a run id in the header
+# longer than the check's (a few hundred bytes for names of up to a hundred characters).
+STAMP_ROOM = 512
+
+
+def prompt_oversize(prompt: events.Prompt) -> str | None:
+    """Why the bus would refuse this prompt as svc_source publishes it (None: it fits): its framed
+    bytes, keyed by prompt id, with room for the source's stamp, over the broker's record limit
+    (m1flow.bus.limits). `data validate` refuses such a row before it can reach the source."""
+    encoded = len(codec.encode(prompt))
+    size = record_size(prompt.prompt_id, encoded + (0 if prompt.HasField("origin") else STAMP_ROOM))
+    if size <= MESSAGE_MAX_BYTES:
+        return None
+    return (f"the encoded Prompt is {encoded:,} bytes, {size:,} as a record on `prompts`: over the bus's limit of "
+            f"{MESSAGE_MAX_BYTES:,} bytes (message.max.bytes), the broker would refuse it")
 
 
 # ---- the same Prompt as bytes made from parts: svc_source's per-row path ----------------------

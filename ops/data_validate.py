@@ -3,7 +3,9 @@
 The path: record -> Prompt (to_prompt) -> framed bytes (m1flow.bus.codec, as on Kafka) -> a Rollout
 whose response is the gold written as a policy would (m1flow.kinds.gold_response) -> framed bytes ->
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
-prompt, its gold or its verifier disagree, and training on it would teach noise. Code and SWE rows
+prompt, its gold or its verifier disagree, and training on it would teach noise. A row whose encoded
+Prompt is over the bus's record limit is bad too (m1flow.source.prompt_oversize): the broker would
+refuse it and the source dead-letter it. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
 is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
 """
@@ -23,6 +25,7 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.data.record import RowError, TaskRecord
 from m1flow.kinds import KINDS, NoGold, gold_response
+from m1flow.source import prompt_oversize
 from m1flow.status import Status
 
 
@@ -53,11 +56,15 @@ class GoldChecker:
         self._tmp: tempfile.TemporaryDirectory | None = None
 
     def check(self, path: str, index: int, record: TaskRecord) -> Verdict:
+        prompt = record.to_prompt(group_size=1, run_id="validate")
+        too_large = prompt_oversize(prompt)
+        if too_large is not None:  # the bus would refuse it: the source would dead-letter it
+            return Verdict(index, RowError(path, index, "prompt", too_large))
         try:
             response = gold_response(record)
         except NoGold as why:
             return Verdict(index, unchecked=str(why))
-        prompt = codec.decode(codec.encode(record.to_prompt(group_size=1, run_id="validate")), events.Prompt)
+        prompt = codec.decode(codec.encode(prompt), events.Prompt)
         rollout_id = codec.new_id()
         rollout = events.Rollout(
             header=codec.header("validate", run_id="validate", group_id=prompt.prompt_id, rollout_id=rollout_id),

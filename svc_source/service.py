@@ -81,7 +81,7 @@ class SourceService(Service, name="source", config=SourceConfig):
         mixture = mixture.restored(state) if state is not None else mixture
         self.sources.start_reader()
         self.draws = Draws(self.sources, self.state_key, self.group_id, mixture, state)
-        self.window = Window(self.producer, self.state_key, cfg.inflight_batches)
+        self.window = Window(self.producer, self.state_key, cfg.inflight_batches, self.draws.refused)
         self.draws.skip = published_since(cfg.bootstrap, self._topic(PROMPTS.name), self.state_key,
                                           self.draws.draws, cfg.scan_back)
         log.info("resuming at draw %s (%s); %s draws past it already on `prompts`", self.draws.draws,
@@ -123,19 +123,19 @@ class SourceService(Service, name="source", config=SourceConfig):
     def publish(self, n: int) -> int:
         """Draw and send up to n prompts while the batches before them are in flight; returns how
         many. Each batch's state record follows once it and every batch before it is acknowledged
-        (svc_source.window); with `inflight_batches` in flight, this waits a little for the oldest."""
+        (svc_source.window: the prompts are counted published then); with `inflight_batches` in
+        flight, this waits a little for the oldest."""
         window = self.window
         window.settle()
         if window.full:
             window.settle(0.05)
             if window.full:
                 return 0
-        records, prompts, per_source = self.draws.draw(n, self.commands.use)
+        records, origins, per_source = self.draws.draw(n, self.commands.use)
         if not records:
             return 0
-        window.send(Batch(records, self.draws.state(self.commands.digest)))
-        for source, count in per_source.items():
-            metrics.PUBLISHED.labels(source).inc(count)
+        prompts = sum(per_source.values())
+        window.send(Batch(records, self.draws.state(self.commands.digest), origins, per_source))
         self.lead.published(prompts)
         return prompts
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from m1flow.bus.limits import MESSAGE_MAX_BYTES
+
 
 @dataclass
 class BrokerState:
@@ -73,7 +75,7 @@ def write_config(run_dir: Path, state: BrokerState, secrets: Path | None) -> Pat
         "num.network.threads": "2",
         "num.io.threads": "2",
         "num.partitions": "1",
-        "message.max.bytes": str(16 * 1024 * 1024),
+        "message.max.bytes": str(MESSAGE_MAX_BYTES),  # m1flow.bus.limits: the producers refuse above it
     }
     if secrets is not None:
         props.update(tls_props(secrets, state))

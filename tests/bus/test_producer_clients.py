@@ -123,3 +123,65 @@ def test_send_many_sends_again_what_a_full_queue_refused(bootstrap, topic):
     values = {r.value for r in read(bootstrap, topic, 10_000) if r.key and r.key.startswith(b"full")}
     assert values == {b"v%d" % i for i in range(50)}
     producer.close()
+
+
+def value_for(key: bytes, size: int) -> int:
+    """The value length that makes the record's batch `size` bytes."""
+    from m1flow.bus.limits import record_size
+
+    value = size - record_size(key, 0)
+    while record_size(key, value) > size:
+        value -= 1
+    return value
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_a_record_over_the_bus_limit_is_refused_before_sending_by_its_place(bootstrap, topic, client):
+    """send_many reports a record over m1flow.bus.limits as RecordRefused with its place in the list
+    and delivers the others; send_bytes without a callback raises it. Neither client sees the record."""
+    from m1flow.bus.limits import MESSAGE_MAX_BYTES
+    from m1flow.bus.producer import RecordRefused
+
+    huge = b"h" * MESSAGE_MAX_BYTES
+    producer = Producer(bootstrap, f"test-over-{client}", client=client)
+    outcomes: list = []
+    producer.send_many([(topic, f"over-{client}-a", b"a"), (topic, "huge", huge), (topic, f"over-{client}-b", b"b")],
+                       outcomes.append)
+    producer.flush()
+    assert len(outcomes) == 3 and [e.index for e in outcomes if e is not None] == [1]
+    refused = next(e for e in outcomes if e is not None)
+    assert isinstance(refused, RecordRefused) and refused.code == "too_large" and "record too large" in refused.reason
+    with pytest.raises(RecordRefused, match="record too large"):
+        producer.send_bytes(topic, "huge", huge)
+    producer.close()
+    keys = {r.key for r in read(bootstrap, topic, 10_000) if r.key and r.key.startswith(b"over-")}
+    assert {f"over-{client}-a".encode(), f"over-{client}-b".encode()} <= keys
+
+
+def test_a_record_the_broker_refuses_is_reported_refused_by_its_place_and_the_rest_delivered(bootstrap):
+    """On a topic whose limit is lower than the bus's (max.message.bytes, above batch.size so a record
+    over it travels alone), the broker takes a record whose batch is exactly the limit and refuses
+    one a byte over (m1flow.bus.limits.record_size is the broker's count): librdkafka's report is
+    found in the list (RecordRefused with its index), the records around it are delivered.
+    (kafka-python's idempotent producer fails every record in flight after such a refusal: its later
+    reports are never taken for refusals, m1flow/bus/producer.py.)"""
+    from m1flow.bus.limits import record_size
+    from m1flow.bus.producer import RecordRefused
+
+    limit = 1_200_000
+    name = f"refusing-{time.time_ns()}"
+    admin = admin_client(bootstrap)
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1,
+                                  topic_configs={"max.message.bytes": str(limit)})])
+    admin.close()
+    fits, over = b"y" * value_for(b"fit", limit), b"z" * (value_for(b"big", limit) + 1)
+    assert record_size(b"fit", len(fits)) == limit and record_size(b"big", len(over)) == limit + 1
+    records = [(name, "a", b"a"), (name, "fit", fits), (name, "b", b"b"), (name, "big", over), (name, "c", b"c")]
+    producer = Producer(bootstrap, "test-refused", client="confluent-kafka")
+    outcomes: list = []
+    producer.send_many(records, outcomes.append)
+    producer.flush()
+    assert len(outcomes) == 5 and [(e.index, e.code) for e in outcomes if e is not None] == [(3, "too_large")]
+    assert all(isinstance(e, RecordRefused) for e in outcomes if e is not None)
+    producer.close()
+    assert sorted(r.key for r in read(bootstrap, name, 4)) == [b"a", b"b", b"c", b"fit"]

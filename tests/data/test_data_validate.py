@@ -139,6 +139,21 @@ def test_golds_that_do_not_score_full_reward_are_bad(capsys):
     assert out[-1].startswith("validate: 4 rows in 1 file(s): 1 good, 3 bad")
 
 
+def test_a_row_whose_prompt_is_over_the_bus_limit_is_bad_in_one_line(capsys, tmp_path):
+    """A row whose encoded Prompt the broker would refuse (m1flow.bus.limits) is named with its size
+    and the limit; the rows around it pass. The row is just over the limit: the smallest that shows it."""
+    from m1flow.bus.limits import MESSAGE_MAX_BYTES
+
+    good = row("big", "ok", "1+1=", "arith", "2")
+    huge = row("big", "huge", "x" * (MESSAGE_MAX_BYTES - 200) + " 1+1=", "arith", "2")
+    path = write(tmp_path, "jsonl", [good, huge, good])
+    code, out, _ = validate(capsys, path)
+    assert code == 1 and len(out) == 2, out
+    assert out[0].startswith(f"{path}:1: prompt: the encoded Prompt is 16,7") and "\n" not in out[0]
+    assert f"over the bus's limit of {MESSAGE_MAX_BYTES:,} bytes" in out[0]
+    assert out[1] == "validate: 3 rows in 1 file(s): 2 good, 1 bad, 0 schema-checked only"
+
+
 def test_unreadable_files_and_bad_flags_exit_2_in_one_line(capsys, tmp_path):
     for files in ([FIXTURES / "truncated.parquet"], [FIXTURES / "mixed.jsonl", tmp_path / "gone.jsonl"]):
         code, out, err = validate(capsys, *files)

@@ -1,6 +1,7 @@
 """svc_source over the real broker: a kill -9 mid-run loses and repeats nothing, the lead stops it
-while the rollout group lags, bad rows go to `dlq` and /metrics, a replay repeats the sequence,
-and a source that cannot be opened stops the service with one line."""
+while the rollout group lags, bad rows go to `dlq` and /metrics (a row the bus refuses too, its batch
+not sent again), a replay repeats the sequence, and a source that cannot be opened stops the service
+with one line."""
 from __future__ import annotations
 
 import json
@@ -112,6 +113,42 @@ def test_bad_rows_are_skipped_counted_and_dead_lettered(tmp_path, bootstrap):
     reasons = " ".join(l["error"] for l in letters)
     assert "gold" in reasons and "astrology" in reasons
     assert sum(float(line.split()[-1]) for line in counted.splitlines() if 'source="mini"' in line) == 3
+
+
+def test_a_row_the_bus_refuses_is_dead_lettered_and_the_source_goes_on(tmp_path, bootstrap):
+    """A row whose prompt is just over the bus's record limit (m1flow.bus.limits), among normal rows:
+    its dead letter (file, row, reason) goes in its place and is counted, every other row reaches
+    `prompts` exactly once (its batch is not sent again for it) and the source goes on to the end."""
+    from m1flow.bus.limits import MESSAGE_MAX_BYTES
+
+    rows = [{"id": f"r{i}", "source": "huge", "prompt": f"{i}+1=", "verifier": {"kind": "arith", "gold": str(i + 1)}}
+            for i in range(40)]
+    rows[5]["prompt"] = "x" * MESSAGE_MAX_BYTES + " 5+1="  # the framed Prompt: a few hundred bytes over
+    data = tmp_path / "huge.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suffix = f"huge{uuid.uuid4().hex[:6]}"
+    args = source_config(tmp_path, [{"path": str(data), "name": "huge"}], max_epochs=1, lead_steps=0,
+                         publish_batch=8, block_rows=16, output_suffix=suffix)
+    proc = launch("source", tmp_path, bootstrap, args, run_id="huge")
+    try:
+        wait_for(lambda: "every source exhausted" in proc.tail(), 60, "the file read")
+        counted = metric(proc, "m1flow_source_bad_rows_total")
+        sent = metric(proc, 'm1flow_source_prompts_total{source="huge"}')
+        assert proc.proc.poll() is None  # still serving
+        log = proc.tail(400)
+    finally:
+        proc.stop()
+    prompts = drawn(bootstrap, f"prompts.{suffix}", "huge/m1flow-source")
+    assert sorted(p[4] for p in prompts) == sorted(f"huge/r{i}" for i in range(40) if i != 5)  # each once
+    refused_draw = sorted(set(range(40)) - {p[0] for p in prompts})
+    assert len(refused_draw) == 1 and refused_draw[0] < 32  # drawn early: the rows after it went on
+    letters = [r["value"] for r in read_range(bootstrap, f"dlq.{suffix}")]
+    assert len(letters) == 1 and letters[0]["source_topic"] == "source:huge" and int(letters[0]["offset"]) == 5
+    assert letters[0]["error"].startswith(f"{data}:5: prompt: refused by the bus: record too large: ")
+    assert f"over the bus's limit of {MESSAGE_MAX_BYTES:,}" in letters[0]["error"]
+    assert 'reason="too_large",source="huge"} 1.0' in counted or 'source="huge",reason="too_large"} 1.0' in counted
+    assert float(sent.split()[-1]) == 39
+    assert "sending them again" not in log and "not delivered" not in log
 
 
 def test_a_replay_with_a_fresh_state_reproduces_the_sequence(tmp_path, bootstrap):
