@@ -107,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except (TableError, ValueError) as exc:
         return _fail(str(exc).splitlines()[0])
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    checker, screen = GoldChecker(sandbox=args.sandbox), RowScreen()
+    checker = GoldChecker(sandbox=args.sandbox)
     summary = Summary(files=len(sources))
     try:
         for path, source in zip(args.files, sources):
@@ -115,7 +115,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             progress = Progress(f"validate: {path}", total, getattr(args, "progress_every", 10.0))
             bad = summary.bad
             for n, verdict in enumerate(check_rows(checker, str(path), source.labelled(0, args.limit), args.jobs,
-                                                   locate=source.table.locate, screen=screen), start=1):
+                                                   locate=source.table.locate, screen=RowScreen()), start=1):
                 summary.add(verdict)
                 if verdict.error is not None:
                     print(verdict.error, flush=True)

@@ -5,7 +5,8 @@ whose response is the gold written as a policy would (m1flow.kinds.gold_response
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
 prompt, its gold or its verifier disagree, and training on it would teach noise. Before that, each
 row is screened in file order (`RowScreen`): an id that another row already has (two prompts with
-one prompt id) and a gold that is a missing value written as text (`None`, `nan`) are bad. Code and SWE rows
+one prompt id, within one file or directory) and a gold that is a missing value written as text
+(`None`, `nan`) are bad. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
 is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
 """
@@ -50,9 +51,9 @@ class Verdict:
 
 
 class RowScreen:
-    """Checks that need the rows seen before (run in file order, before the gold is scored): a
-    prompt id (`<source>/<id>`) met twice, across every file of the run; a gold that is a missing
-    value written as text."""
+    """Checks that need the rows seen before (run in file order, before the gold is scored), one per
+    source (a file or a directory): a prompt id (`<source>/<id>`) met twice; a gold that is a missing
+    value written as text. Across sources ids may repeat (a train and a test file of one set)."""
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[str, int]] = {}
@@ -147,7 +148,7 @@ def check_rows(checker: GoldChecker, path: str, rows: Iterable[Sequence[Any]], j
     """Verdicts in row order, `jobs` gold checks at once, a bounded window in flight. rows:
     (row, record or RowError) or, from a source's labelled(), (row, record or RowError, label).
     locate: where a row's errors point (a directory's data file and row); screen: the checks in
-    row order (RowScreen), a fresh one per call when not given."""
+    row order (RowScreen), a fresh one when not given."""
     screen = screen if screen is not None else RowScreen()
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
         window: deque[tuple[Future[Verdict], str | None] | Verdict] = deque()

@@ -70,7 +70,8 @@ class ProfileConfig(BaseModel):
     run_dir: Path | None = Field(None, description="the private stack's directory; default run/profiles/<run id>")
     run_id: str = Field("", description="default: profile-<hash of the arguments that change pass rates>")
     format: str | None = None
-    split: str | None = Field(None, description="a directory's split by its exact name; default train, else the only one")
+    split: str | None = Field(None, description="a directory's split by its exact name; default train, else the "
+                                                "only one")
     importer: str = "auto"
     kinds: dict[str, str] = Field(default_factory=dict)
     engine: str = Field("auto", description="rollout engine; auto: native for the hybrid model, else hf")

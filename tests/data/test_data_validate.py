@@ -173,7 +173,8 @@ def test_verl_rows_of_an_unmapped_source_are_bad_until_mapped(capsys, tmp_path):
     rows = [{**r, "data_source": "ours/word-problems", "ability": "arithmetic"} for r in verl_rows(3)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ours.parquet")
     code, out, _ = validate(capsys, tmp_path / "ours.parquet")
-    hint = "--kinds '{\"ours/word-problems\": \"math\"}' (or kinds: {\"ours/word-problems\": \"math\"} in the dataset's config)"
+    mapping = '{"ours/word-problems": "math"}'
+    hint = f"--kinds '{mapping}' (or kinds: {mapping} in the dataset's config)"
     assert code == 1 and out[0].endswith(f"map it to one: {hint}"), out[0]
     flag, value = shlex.split(hint.split(" (or ")[0])  # the hint as a shell reads it is what --kinds takes
     assert flag == "--kinds" and validate(capsys, tmp_path / "ours.parquet", kinds=value)[0] == 0
@@ -289,13 +290,17 @@ def test_a_truncated_gz_is_one_line_and_exit_2(capsys, tmp_path, name):
         "end-of-stream marker" in err
 
 
-def test_duplicate_ids_are_bad_naming_the_first_row(capsys, tmp_path):
+def test_duplicate_ids_in_a_file_are_bad_naming_the_first_row(capsys, tmp_path):
     rows = _arith_rows(3)
     rows.append({**_arith_rows(1, start=7)[0], "id": "1"})
     path = write(tmp_path, "jsonl", rows)
     code, out, _ = validate(capsys, path)
     assert (code, out) == (1, [f"{path}:3: id: duplicate id '1': {path}:1 has it too (prompt ids <source>/<id> must "
-                               "be unique: 's/1')", "validate: 4 rows in 1 file(s): 3 good, 1 bad, 0 schema-checked only"])
+                               "be unique: 's/1')",
+                               "validate: 4 rows in 1 file(s): 3 good, 1 bad, 0 schema-checked only"])
+    other = write(tmp_path / "test", "jsonl", _arith_rows(3))  # another file (a test split) may repeat the ids
+    assert validate(capsys, write(tmp_path / "train", "jsonl", _arith_rows(3)), other)[:2] == (
+        0, ["validate: 6 rows in 2 file(s): 6 good, 0 bad, 0 schema-checked only"])
 
 
 def test_none_and_nan_golds_are_bad_with_the_reason(capsys, tmp_path):
@@ -316,7 +321,8 @@ def test_none_and_nan_golds_are_bad_with_the_reason(capsys, tmp_path):
                       "verifier.gold": [4.0, math.nan]})
     pq.write_table(table, tmp_path / "floats.parquet")
     code, out, _ = validate(capsys, tmp_path / "floats.parquet")
-    assert code == 1 and out[0] == f"{tmp_path / 'floats.parquet'}:1: verifier.gold: NaN: a missing value, not an answer"
+    floats = tmp_path / "floats.parquet"
+    assert code == 1 and out[0] == f"{floats}:1: verifier.gold: NaN: a missing value, not an answer"
     sys.path.insert(0, str(ROOT / "scripts"))
     from make_fixtures import verl_rows
 

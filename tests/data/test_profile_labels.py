@@ -55,3 +55,18 @@ def test_a_damaged_file_is_one_profile_error(tmp_path):
     (tmp_path / "rows.jsonl.gz").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ProfileError, match=r"rows.jsonl.gz: compressed data damaged after line \d+: "):
         Profiler(ProfileConfig(file=tmp_path / "rows.jsonl.gz", model=tmp_path / "model"))._open()
+
+
+def test_filter_counts_verl_rows_per_data_source(tmp_path):
+    from m1flow.data import DatasetConfig
+    from ops.bands import KEPT, TOO_EASY, TOO_HARD, Bands, filter_file
+
+    path = _two_sources(tmp_path)
+    profile = tmp_path / "p.jsonl"
+    rates = {0: 0.5, 1: 1.0, 2: 0.0, 3: 0.5, 4: 0.25}
+    ids = ["train-0", "train-1", "train-2", "train-3", "train-4"]
+    profile.write_text("".join(json.dumps({"run": "r", "row": r, "id": ids[r], "pass_rate": p}) + "\n"
+                               for r, p in rates.items()))
+    result = filter_file(DatasetConfig(path=str(path)), profile, Bands())
+    assert {s: dict(c) for s, c in result.by_source.items()} == {
+        "openai/gsm8k": {KEPT: 1, TOO_EASY: 1, TOO_HARD: 1}, "HuggingFaceH4/MATH-500": {KEPT: 2}}
