@@ -270,9 +270,9 @@ class CsvTable(_TextTable):
         if len(fields) != len(self.header):
             return RowError(str(self.path), row, "csv",
                             f"line {line}: {len(fields)} fields, the header has {len(self.header)}")
-        for name, cell in zip(self.header, fields):
-            if not cell.isascii() and _ESCAPED.search(cell):
-                return RowError(str(self.path), row, name, f"line {line}: {_not_utf8(cell)}")
+        if any(map(_ESCAPED.search, fields)):  # rare: only then look for the column
+            name, cell = next((n, c) for n, c in zip(self.header, fields) if _ESCAPED.search(c))
+            return RowError(str(self.path), row, name, f"line {line}: {_not_utf8(cell)}")
         return dict(zip(self.header, fields))
 
 
