@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from m1flow.data import DatasetConfig, RowError, TableError, open_source
-from m1flow.data.dataset import FileSource
+from m1flow.data.dataset import FileSource, label_of
 from m1flow.data.importers import import_row
 from m1flow.data.record import TaskRecord
 from m1flow.data.writers import open_writer, sibling_path, writer_format
@@ -153,7 +153,9 @@ def filter_file(dataset: DatasetConfig, profile: Path, bands: Bands, out: Path |
                 _same_row(profile, entry, record, row)
                 good = isinstance(record, TaskRecord)
                 where = place(entry, record.verifier.kind if good else "", bands)
-                result.add(record.source if good else (entry or {}).get("source") or source.name, where)
+                label = label_of(raw, record, source.name) if good and isinstance(raw, dict) else \
+                    (entry or {}).get("source") or source.name  # a verl row: its data_source
+                result.add(label, where)
                 if where == KEPT or (where == UNPROFILED and keep_unprofiled and isinstance(raw, dict)):
                     writer.write(raw)
         finally:

@@ -15,6 +15,7 @@ import math
 import sys
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from google.protobuf.json_format import MessageToJson
 
@@ -231,8 +232,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"m1flow: error: monitor at {address} did not answer: {exc.code().name} {exc.details()}",
               file=sys.stderr)
         return 2
-    print(MessageToJson(rep, preserving_proto_field_name=True) if args.json else format_report(rep, args.rows))
+    print(report_json(rep) if args.json else format_report(rep, args.rows))
     return 0
+
+
+def report_json(rep: Any) -> str:
+    """The report as JSON with every field, those whose value is 0, false or empty included: a
+    reader must tell "0 alerts" from "no such field" (protobuf's JSON leaves defaults out)."""
+    return MessageToJson(rep, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
 def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argparse.Namespace], str]) -> None:

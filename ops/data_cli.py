@@ -20,19 +20,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--format", help="jsonl, parquet, csv, arrow, hf (default: from the name)")
     v.add_argument("--importer", default="auto", help="m1flow, verl or auto (default)")
     v.add_argument("--kinds", default="{}", help='JSON: verl data_source -> verifier kind, e.g. \'{"my/set": "math"}\'')
+    v.add_argument("--split", default=None, help=SPLIT_HELP)
     v.add_argument("--sandbox", default="", metavar="ADDR",
                    help="svc_sandbox gRPC address for code and SWE rows (default: start a local one if needed)")
-    v.add_argument("--limit", type=int, default=None, help="check only the first N rows of each file")
-    v.add_argument("--jobs", type=int, default=2, help="gold checks at once")
+    v.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help="check only the first N rows of each file")
+    v.add_argument("--jobs", type=positive_int, default=2, help="gold checks at once")
+    v.add_argument("--progress-every", type=float, default=10.0, metavar="S",
+                   help="a progress line on stderr at most every S seconds (default 10)")
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)
+
+
+SPLIT_HELP = ("a directory's split, by its exact name (train, test, validation, or a hub file's data/<split>-*); "
+              "default: train, else the only split")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a count of 1 or more (a negative --limit read nothing, silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _add_source_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", help="jsonl, parquet, csv, hf (default: from the name)")
     parser.add_argument("--importer", default="auto", help="m1flow, verl or auto (default)")
     parser.add_argument("--kinds", default="{}", help="JSON: verl data_source -> verifier kind")
+    parser.add_argument("--split", default=None, help=SPLIT_HELP)
 
 
 def _add_profile(actions: argparse._SubParsersAction) -> None:
@@ -77,17 +97,13 @@ def _fail(message: str) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from m1flow.data import DatasetConfig, TableError, open_source
-    from ops.data_validate import GoldChecker, Summary, check_rows
+    from m1flow.data import TableError
+    from ops.data_validate import GoldChecker, RowScreen, Summary, check_rows
+    from ops.progress import Progress
 
     try:
-        kinds = json.loads(args.kinds)
-        assert isinstance(kinds, dict)
-    except (ValueError, AssertionError):
-        return _fail(f"--kinds takes a JSON object of data_source -> kind, got {args.kinds!r}")
-    try:  # every file opens before any is checked: an unreadable one is a usage error
-        sources = [open_source(DatasetConfig(path=str(f), format=args.format, importer=args.importer, kinds=kinds))
-                   for f in args.files]
+        kinds = _kinds(args.kinds)
+        sources = _open_all(args, kinds)
     except (TableError, ValueError) as exc:
         return _fail(str(exc).splitlines()[0])
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -95,15 +111,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     summary = Summary(files=len(sources))
     try:
         for path, source in zip(args.files, sources):
-            for verdict in check_rows(checker, str(path), source.records(0, args.limit), args.jobs):
+            total = len(source) if args.limit is None else min(args.limit, len(source))
+            progress = Progress(f"validate: {path}", total, getattr(args, "progress_every", 10.0))
+            bad = summary.bad
+            for n, verdict in enumerate(check_rows(checker, str(path), source.labelled(0, args.limit), args.jobs,
+                                                   locate=source.table.locate, screen=RowScreen()), start=1):
                 summary.add(verdict)
                 if verdict.error is not None:
                     print(verdict.error, flush=True)
+                progress.step(n, f"{summary.bad - bad} bad")
+    except TableError as exc:  # a file damaged or changed after it was opened
+        return _fail(str(exc).splitlines()[0])
     finally:
         checker.close()
         signal.signal(signal.SIGTERM, previous)
-    print(summary.line())
+    print("\n".join(summary.lines()))
     return 1 if summary.bad else 0
+
+
+def _open_all(args: argparse.Namespace, kinds: dict[str, str]) -> list:
+    """Every file opened and read through once (its length: a damaged .gz shows here, as a
+    TableError) before any is checked: an unreadable one is a usage error. What a directory
+    holds and which split is read is said on stderr."""
+    from m1flow.data import DatasetConfig, open_source
+
+    sources = []
+    for f in args.files:
+        source = open_source(DatasetConfig(path=str(f), format=args.format, importer=args.importer, kinds=kinds,
+                                           split=getattr(args, "split", None)))
+        len(source)
+        if hasattr(source.table, "describe"):
+            print(f"validate: {source.table.describe()}", file=sys.stderr)
+        sources.append(source)
+    return sources
 
 
 def _interrupt(*_: object) -> None:
@@ -126,7 +166,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     try:
         cfg = ProfileConfig(file=args.file, model=args.model, k=args.k, out=args.out, run_dir=args.run_dir,
-                            run_id=args.run_id, format=args.format, importer=args.importer, kinds=_kinds(args.kinds),
+                            run_id=args.run_id, format=args.format, split=args.split, importer=args.importer,
+                            kinds=_kinds(args.kinds),
                             engine=args.engine, max_new_tokens=args.max_new_tokens, lead=args.lead,
                             rollout_config=args.rollout_config, reward_config=args.reward_config)
     except ValidationError as exc:
@@ -142,14 +183,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except ServiceFailed as exc:
         print(f"m1flow: profile stopped: {exc}", file=sys.stderr)
-        print(summary_line(profiler.counts, cfg.out_path()) + "; run the same command again to continue")
+        print("\n".join([summary_line(profiler.counts, cfg.out_path()) + "; run the same command again to continue",
+                         *profiler.label_lines()]))
         return 1
     except KeyboardInterrupt:
-        print(summary_line(profiler.counts, cfg.out_path()) + "; interrupted: run the same command again to continue")
+        print("\n".join([summary_line(profiler.counts, cfg.out_path()) + "; interrupted: run the same command again "
+                         "to continue", *profiler.label_lines()]))
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print(summary_line(profiler.counts, cfg.out_path()))
+    print("\n".join([summary_line(profiler.counts, cfg.out_path()), *profiler.label_lines()]))
     return 0
 
 
@@ -161,7 +204,7 @@ def cmd_filter(args: argparse.Namespace) -> int:
     try:
         bands = Bands.parse(args.band)
         dataset = DatasetConfig(path=str(args.file), format=args.format, importer=args.importer,
-                                kinds=_kinds(args.kinds))
+                                kinds=_kinds(args.kinds), split=args.split)
         result = filter_file(dataset, args.profile, bands, args.out, args.keep_unprofiled)
     except (BandError, ProfileError, ValueError) as exc:
         return _fail(str(exc))

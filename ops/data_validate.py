@@ -3,9 +3,11 @@
 The path: record -> Prompt (to_prompt) -> framed bytes (m1flow.bus.codec, as on Kafka) -> a Rollout
 whose response is the gold written as a policy would (m1flow.kinds.gold_response) -> framed bytes ->
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
-prompt, its gold or its verifier disagree, and training on it would teach noise. A row whose encoded
-Prompt is over the bus's record limit is bad too (m1flow.source.prompt_oversize): the broker would
-refuse it and the source dead-letter it. Code and SWE rows
+prompt, its gold or its verifier disagree, and training on it would teach noise. Before that, each
+row is screened in file order (`RowScreen`): an id that another row already has (two prompts with
+one prompt id, within one file or directory) and a gold that is a missing value written as text
+(`None`, `nan`) are bad. A row whose encoded Prompt is over the bus's record limit is bad too
+(m1flow.source.prompt_oversize): the broker would refuse it and the source dead-letter it. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
 is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
 """
@@ -15,7 +17,7 @@ import os
 import sys
 import tempfile
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +38,40 @@ def reward_scorer(sandbox_address: str = "") -> Any:
     return LocalScorer(RewardConfig(sandbox_address=sandbox_address))
 
 
+Locate = Callable[[int], tuple[str, int]]  # a source's row -> (its file, its row there): Table.locate
+MISSING_GOLDS = frozenset({"none", "nan", "null", "<na>"})  # how Python, pandas and JSON write "no value"
+
+
 @dataclass
 class Verdict:
-    """What the check of one row found: bad (error), schema-checked only (unchecked) or good."""
+    """What the check of one row found: bad (error), schema-checked only (unchecked) or good;
+    label: what the summary counts it under (a verl row's data_source, else its source)."""
     index: int
     error: RowError | None = None
     unchecked: str = ""
+    label: str | None = None  # None: not counted per label; "": a row that did not decode
+
+
+class RowScreen:
+    """Checks that need the rows seen before (run in file order, before the gold is scored), one per
+    source (a file or a directory): a prompt id (`<source>/<id>`) met twice; a gold that is a missing
+    value written as text. Across sources ids may repeat (a train and a test file of one set)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, int]] = {}
+        self._paths: dict[str, str] = {}
+
+    def check(self, path: str, row: int, record: TaskRecord) -> RowError | None:
+        key = f"{record.source}/{record.id}"
+        first = self._seen.setdefault(key, (self._paths.setdefault(path, path), row))
+        if first != (path, row):
+            return RowError(path, row, "id", f"duplicate id {record.id!r}: {first[0]}:{first[1]} has it too "
+                                             f"(prompt ids <source>/<id> must be unique: {key!r})")
+        gold = record.verifier.gold
+        if gold and gold.strip().lower() in MISSING_GOLDS:
+            return RowError(path, row, "verifier.gold", f"{gold.strip()!r} is a missing value written as text "
+                                                        "(None, NaN, null), not an answer")
+        return None
 
 
 class GoldChecker:
@@ -55,11 +85,14 @@ class GoldChecker:
         self._sandbox_proc: Any = None
         self._tmp: tempfile.TemporaryDirectory | None = None
 
-    def check(self, path: str, index: int, record: TaskRecord) -> Verdict:
+    def check(self, path: str, index: int, record: TaskRecord, row: int | None = None) -> Verdict:
+        """The verdict on source row `index`; errors name `path` and `row` (default: index), the
+        row's own file and row inside a directory."""
+        row = index if row is None else row
         prompt = record.to_prompt(group_size=1, run_id="validate")
         too_large = prompt_oversize(prompt)
         if too_large is not None:  # the bus would refuse it: the source would dead-letter it
-            return Verdict(index, RowError(path, index, "prompt", too_large))
+            return Verdict(index, RowError(path, row, "prompt", too_large))
         try:
             response = gold_response(record)
         except NoGold as why:
@@ -78,7 +111,7 @@ class GoldChecker:
         if result.status is Status.OK and result.reward >= 1.0 - 1e-6 and result.correct is not False:
             return Verdict(index)
         why = f"the gold scores {result.reward:g}, not 1 ({Status(result.status).name}: {result.detail})"
-        return Verdict(index, RowError(path, index, KINDS.get(record.verifier.family).gold_field, why))
+        return Verdict(index, RowError(path, row, KINDS.get(record.verifier.family).gold_field, why))
 
     def prepare(self, record: TaskRecord) -> None:
         """Build the scorer a record needs (and start the sandbox) here, in the calling thread: the
@@ -116,29 +149,42 @@ class GoldChecker:
             self._tmp.cleanup()
 
 
-def check_rows(checker: GoldChecker, path: str, rows: Iterable[tuple[int, TaskRecord | RowError]],
-               jobs: int = 2) -> Iterator[Verdict]:
-    """Verdicts in row order, `jobs` gold checks at once, a bounded window in flight."""
+def check_rows(checker: GoldChecker, path: str, rows: Iterable[Sequence[Any]], jobs: int = 2,
+               locate: Locate | None = None, screen: RowScreen | None = None) -> Iterator[Verdict]:
+    """Verdicts in row order, `jobs` gold checks at once, a bounded window in flight. rows:
+    (row, record or RowError) or, from a source's labelled(), (row, record or RowError, label).
+    locate: where a row's errors point (a directory's data file and row); screen: the checks in
+    row order (RowScreen), a fresh one when not given."""
+    screen = screen if screen is not None else RowScreen()
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
-        window: deque[Future[Verdict] | Verdict] = deque()
-        for index, item in rows:
-            if not isinstance(item, RowError):
+        window: deque[tuple[Future[Verdict], str | None] | Verdict] = deque()
+        for index, item, *rest in rows:
+            label = rest[0] if rest else None
+            where, row = locate(index) if locate is not None else (path, index)
+            error = item if isinstance(item, RowError) else screen.check(where, row, item)
+            if error is not None:
+                window.append(Verdict(index, error, label=label))
+            else:
                 checker.prepare(item)
-            window.append(Verdict(index, item) if isinstance(item, RowError)
-                          else pool.submit(checker.check, path, index, item))
+                window.append((pool.submit(checker.check, where, index, item, row), label))
             while len(window) > 4 * jobs:
                 yield _done(window.popleft())
         while window:
             yield _done(window.popleft())
 
 
-def _done(item: Future[Verdict] | Verdict) -> Verdict:
-    return item.result() if isinstance(item, Future) else item
+def _done(item: tuple[Future[Verdict], str | None] | Verdict) -> Verdict:
+    if isinstance(item, Verdict):
+        return item
+    future, label = item
+    verdict = future.result()
+    verdict.label = label
+    return verdict
 
 
 @dataclass
-class Summary:
-    files: int = 0
+class Tally:
+    """Rows by verdict."""
     rows: int = 0
     good: int = 0
     bad: int = 0
@@ -153,8 +199,34 @@ class Summary:
         else:
             self.good += 1
 
+    def counts(self) -> str:
+        return f"{self.good} good, {self.bad} bad, {sum(self.unchecked.values())} schema-checked only"
+
+
+@dataclass
+class Summary(Tally):
+    """The run's tally, and one per label (a verl row's data_source, else its source) for the lines
+    under it when the rows came from more than one."""
+    files: int = 0
+    by_label: dict[str, Tally] = field(default_factory=dict)
+
+    def add(self, verdict: Verdict) -> None:
+        super().add(verdict)
+        if verdict.label is not None:
+            self.by_label.setdefault(verdict.label, Tally()).add(verdict)
+
     def line(self) -> str:
-        only = sum(self.unchecked.values())
         reasons = "; ".join(f"{why}: {n}" for why, n in self.unchecked.most_common())
-        return (f"validate: {self.rows} rows in {self.files} file(s): {self.good} good, {self.bad} bad, "
-                f"{only} schema-checked only" + (f" ({reasons})" if reasons else ""))
+        return (f"validate: {self.rows} rows in {self.files} file(s): {self.counts()}"
+                + (f" ({reasons})" if reasons else ""))
+
+    def lines(self, most: int = 30) -> list[str]:
+        """The summary line, then one per label when the rows have several (the `most` largest, by
+        name; rows that did not decode, which name no source, on a line of their own)."""
+        if len([label for label in self.by_label if label]) < 2:
+            return [self.line()]
+        largest = sorted(self.by_label.items(), key=lambda item: (-item[1].rows, item[0]))[:most]
+        lines = [f"  {label or '(rows that did not decode)'}: {t.rows} rows: {t.counts()}"
+                 for label, t in sorted(largest)]
+        rest = len(self.by_label) - len(largest)
+        return [self.line(), *lines, *([f"  ... and {rest} more sources"] if rest else [])]

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from m1flow.data import DatasetConfig, RowError, TableError, TaskRecord, open_so
 from m1flow.data.dataset import TaskSource
 from m1flow.source import BadRow, prompt_for, row_letter
 from m1flow.status import status_of
+from ops.progress import Progress
 
 SANDBOX_KINDS = frozenset({"code", "swe"})
 PRODUCER = "profile"
@@ -68,6 +70,8 @@ class ProfileConfig(BaseModel):
     run_dir: Path | None = Field(None, description="the private stack's directory; default run/profiles/<run id>")
     run_id: str = Field("", description="default: profile-<hash of the arguments that change pass rates>")
     format: str | None = None
+    split: str | None = Field(None, description="a directory's split by its exact name; default train, else the "
+                                                "only one")
     importer: str = "auto"
     kinds: dict[str, str] = Field(default_factory=dict)
     engine: str = Field("auto", description="rollout engine; auto: native for the hybrid model, else hf")
@@ -78,7 +82,8 @@ class ProfileConfig(BaseModel):
     max_restarts: int = Field(3, ge=0, description="restarts of a service that exits before the profile ends")
 
     def dataset(self) -> DatasetConfig:
-        return DatasetConfig(path=str(self.file), format=self.format, importer=self.importer, kinds=self.kinds)
+        return DatasetConfig(path=str(self.file), format=self.format, importer=self.importer, kinds=self.kinds,
+                             split=self.split)
 
     def resolved_run_id(self) -> str:
         """The run id: the same arguments name the same run (and so resume it)."""
@@ -86,7 +91,7 @@ class ProfileConfig(BaseModel):
             return self.run_id
         key = {"file": str(self.file.resolve()), "model": str(self.model.resolve()), "k": self.k,
                "max_new_tokens": self.max_new_tokens, "engine": self.engine, "format": self.format,
-               "importer": self.importer, "kinds": self.kinds}
+               "importer": self.importer, "kinds": self.kinds, **({"split": self.split} if self.split else {})}
         return "profile-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
     def out_path(self) -> Path:
@@ -225,6 +230,7 @@ class Profiler:
         self.pending: dict[str, Pending] = {}  # group id -> row
         self.pending_rows: set[int] = set()
         self.inherited: set[int] = set()  # rows an earlier run published
+        self.labels: dict[int, str] = {}  # row -> what it is counted under (a verl row's data_source)
 
     def run(self) -> Counts:
         from ops.stack import Stack
@@ -257,21 +263,35 @@ class Profiler:
         return self.counts
 
     def _open(self) -> TaskSource:
+        """The source, read through once (its length) so a damaged file is one line here."""
         try:
-            return open_source(self.cfg.dataset())
+            source = open_source(self.cfg.dataset())
+            len(source)
         except (TableError, ValueError) as exc:
             raise ProfileError(str(exc).splitlines()[0]) from None
+        table = getattr(source, "table", None)
+        if hasattr(table, "describe"):
+            self.say(f"profile: {table.describe()}")
+        return source
 
     def _left(self, source: TaskSource, done: set[int]) -> tuple[int, set[str]]:
         """How many rows are still to profile, and their verifier families (a sandbox starts only
-        for code or swe rows)."""
+        for code or swe rows); each row's label, for the summary. A progress line while it reads."""
         left, families = 0, set()
-        for row, item in source.records():
+        progress = Progress(f"profile: reading {self.cfg.file}", self.counts.total, PROGRESS_EVERY_S, self.say)
+        for n, (row, item, label) in enumerate(source.labelled(), start=1):
+            self.labels[row] = sys.intern(label)
             if row not in done:
                 left += 1
                 if isinstance(item, TaskRecord):
                     families.add(item.verifier.family)
+            progress.step(n, f"{left} to profile")
         return left, families
+
+    def label_lines(self) -> list[str]:
+        """One line per label (a verl row's data_source, else its source) when the file holds more
+        than one: rows, rows in OUT, bad ones, mean pass rate."""
+        return label_lines(self.labels, self.cfg.out_path())
 
     def _service_args(self, engine: str, version: int) -> dict[str, list[str]]:
         cfg = self.cfg
@@ -446,5 +466,25 @@ def summary_line(counts: Counts, out: Path) -> str:
             f"written now: {counts.recovered} of them published by an earlier run, {counts.bad} bad)")
 
 
+def label_lines(labels: dict[int, str], out: Path) -> list[str]:
+    """Per label: `  <label>: N rows, P profiled (B bad), mean pass rate R` from the rows' labels and
+    the lines of OUT (every run's); nothing when the rows have one label."""
+    if len(set(labels.values()) - {""}) < 2:
+        return []
+    entries = read_profile(out) if out.exists() else {}
+    rows: dict[str, list[int]] = {}
+    for row, label in labels.items():
+        rows.setdefault(label, []).append(row)
+    lines = []
+    for label in sorted(rows):
+        done = [entries[r] for r in rows[label] if r in entries]
+        bad = sum(1 for e in done if "error" in e)
+        rates = [e["pass_rate"] for e in done if e.get("pass_rate") is not None]
+        mean = f"{statistics.fmean(rates):.3f}" if rates else "-"
+        lines.append(f"  {label or '(rows that did not decode)'}: {len(rows[label])} rows, {len(done)} profiled "
+                     f"({bad} bad), mean pass rate {mean}")
+    return lines
+
+
 __all__ = ["Counts", "ProfileConfig", "ProfileError", "ProfileFile", "Profiler", "ServiceFailed", "check_policy",
-           "outcome_of", "read_profile", "summary_line"]
+           "label_lines", "outcome_of", "read_profile", "summary_line"]

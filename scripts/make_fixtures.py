@@ -106,10 +106,11 @@ def csv_rows() -> list[dict[str, str]]:
 def bad_files() -> dict[str, list[str]]:
     """name -> lines; the docstring of each test says which row is bad and why."""
     good = json.dumps(record("ok-0", "1+1=", "arith", "2"))
+    other = json.dumps(record("ok-1", "3+3=", "arith", "6"))  # ids are unique in a file (validate refuses repeats)
     wrong_puzzle = puzzle("sudoku", 4)
     wrong_puzzle["solution"] = wrong_puzzle["solution"].replace("1", "#", 1).replace("2", "1", 1).replace("#", "2")
     return {
-        "bad_json.jsonl": [good, '{"id": "broken", "prompt": "2+2=", "verifier": {"kind": "arith"', good],
+        "bad_json.jsonl": [good, '{"id": "broken", "prompt": "2+2=", "verifier": {"kind": "arith"', other],
         "missing_gold.jsonl": [good, json.dumps(record("no-gold", "What is 6 * 7?", "math"))],
         "unknown_kind.jsonl": [json.dumps(record("odd", "Spell it.", "spelling", "cat")), good],
         "bad_rg_task.jsonl": [json.dumps(record("rg-0", "Count the legs.", "rg:leg_countin",

@@ -16,7 +16,8 @@ from m1flow.data.importers import DEFAULT_KINDS, IMPORTERS, ImportContext, Impor
 from m1flow.data.readers import Table, open_table
 from m1flow.data.record import RowError, SpecError, TaskRecord
 
-__all__ = ["DEFAULT_KINDS", "DatasetConfig", "FileSource", "GeneratorSource", "TaskSource", "open_source"]
+__all__ = ["DEFAULT_KINDS", "DatasetConfig", "FileSource", "GeneratorSource", "Labelled", "TaskSource", "label_of",
+           "open_source"]
 
 
 class DatasetConfig(BaseModel):
@@ -25,6 +26,8 @@ class DatasetConfig(BaseModel):
     path: str = Field("", description="a file (jsonl, parquet, csv, arrow) or a Hugging Face datasets directory")
     generator: str = Field("", description='instead of path: "arith", "logic:<family>", "rg:<task>"')
     format: str | None = Field(None, description="jsonl, parquet, csv, arrow, hf; default: from the suffix / layout")
+    split: str | None = Field(None, description="a directory's split, by its exact name (train, test, validation, "
+                                                "or a hub shard's name); default: train, else the only one")
     importer: str = Field("auto", description="m1flow, verl, or auto (verl when rows have data_source and "
                                               "reward_model)")
     domain: Literal["reasoning", "general"] | None = Field(None, description="override the rows' domain")
@@ -56,12 +59,31 @@ class DatasetConfig(BaseModel):
         return stem
 
 
+Labelled = tuple[int, "TaskRecord | RowError", str]  # (row, record or error, what to count it under;
+# "" for a row that did not decode: it says nothing of where it came from)
+
+
 class TaskSource(Protocol):
     name: str
 
     def __len__(self) -> int: ...
 
     def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, TaskRecord | RowError]]: ...
+
+    def labelled(self, start: int = 0, stop: int | None = None) -> Iterator[Labelled]:
+        """records() with the name each row is counted under in summaries (`label_of`)."""
+
+
+def label_of(row: dict[str, Any] | None, item: TaskRecord | RowError, name: str) -> str:
+    """What a row is counted under: a verl row's data_source (one file often holds several sets),
+    else its record's source, else the source's name (a row too broken to say)."""
+    data_source = row.get("data_source") if row is not None else None
+    if isinstance(data_source, str) and data_source:
+        return data_source
+    if isinstance(item, TaskRecord):
+        return item.source
+    own = row.get("source") if row is not None else None
+    return own if isinstance(own, str) and own else name
 
 
 class FileSource:
@@ -76,6 +98,14 @@ class FileSource:
     def records(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, TaskRecord | RowError]]:
         for index, row in self.table.rows(start, stop):
             yield index, row if isinstance(row, RowError) else import_row(self.importer, row, index, self.ctx)
+
+    def labelled(self, start: int = 0, stop: int | None = None) -> Iterator[Labelled]:
+        for index, row in self.table.rows(start, stop):
+            if isinstance(row, RowError):
+                yield index, row, ""
+            else:
+                item = import_row(self.importer, row, index, self.ctx)
+                yield index, item, label_of(row, item, self.name)
 
 
 class GeneratorSource:
@@ -119,12 +149,17 @@ class GeneratorSource:
                 update["id"] = f"{record.id}@L{cfg.level}"
             yield index, record.model_copy(update=update) if update else record
 
+    def labelled(self, start: int = 0, stop: int | None = None) -> Iterator[Labelled]:
+        for index, item in self.records(start, stop):
+            yield index, item, label_of(None, item, self.name)
+
 
 def open_source(cfg: DatasetConfig, tag_level: bool = False) -> TaskSource:
     """The configured source; an unreadable file raises TableError, an unknown name ValueError.
     tag_level: a generator's record ids name its level (the prompt source's run-time levels)."""
     if cfg.generator:
         return GeneratorSource(cfg, tag_level)
-    table = open_table(cfg.path, cfg.format)
-    ctx = ImportContext(source=cfg.source_name, path=str(cfg.path), kinds=cfg.kinds, domain=cfg.domain)
+    table = open_table(cfg.path, cfg.format, cfg.split)
+    ctx = ImportContext(source=cfg.source_name, path=str(cfg.path), kinds=cfg.kinds, domain=cfg.domain,
+                        locate=table.locate)
     return FileSource(cfg.source_name, table, IMPORTERS.get(cfg.importer), ctx)

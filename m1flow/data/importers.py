@@ -11,6 +11,8 @@ reward_model, else m1flow.
 from __future__ import annotations
 
 import json
+import math
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +45,17 @@ GENERAL_ABILITIES = frozenset({"general", "chat", "instruction", "writing", "qa"
 
 @dataclass(frozen=True)
 class ImportContext:
-    """What an importer knows besides the row: the source's name and config."""
+    """What an importer knows besides the row: the source's name and config, and where a row is
+    (`locate`: a directory's row -> its data file and its row there, for errors)."""
     source: str
     path: str = ""
     kinds: Mapping[str, str] = field(default_factory=dict)  # data_source -> kind, over DEFAULT_KINDS
     domain: str | None = None  # override
+    locate: Callable[[int], tuple[str, int]] | None = None
+
+    def where(self, index: int) -> tuple[str, int]:
+        """(file, row in that file) of the source's row `index`."""
+        return self.locate(index) if self.locate is not None else (self.path, index)
 
 
 Importer = Callable[[dict[str, Any], int, ImportContext], TaskRecord]
@@ -59,9 +67,9 @@ def import_row(importer: Importer, row: dict[str, Any], index: int, ctx: ImportC
     try:
         return importer(row, index, ctx)
     except SpecError as exc:
-        return RowError(ctx.path, index, exc.field, exc.why)
+        return RowError(*ctx.where(index), exc.field, exc.why)
     except ValidationError as exc:
-        return RowError(ctx.path, index, *_first_error(exc, row))
+        return RowError(*ctx.where(index), *_first_error(exc, row))
 
 
 def _first_error(exc: ValidationError, row: dict[str, Any]) -> tuple[str, str]:
@@ -123,7 +131,7 @@ def from_m1flow(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskReco
             if verifier.get(key) is None:
                 verifier.pop(key, None)
             elif not isinstance(verifier[key], str):
-                verifier[key] = str(verifier[key])
+                verifier[key] = _as_text(verifier[key], f"verifier.{key}")
     elif verifier is None:
         raise SpecError("verifier", "missing")
     data["verifier"] = verifier
@@ -162,7 +170,7 @@ def from_verl(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord
     elif kind == "code":
         verifier["gold"], verifier["spec"] = "", _code_tests(gold)
     elif not isinstance(verifier["gold"], str):
-        verifier["gold"] = json.dumps(verifier["gold"]) if isinstance(gold, (list, dict)) else str(gold)
+        verifier["gold"] = json.dumps(gold) if isinstance(gold, (list, dict)) else _as_text(gold, GOLD)
     prompt = _json_text(data.get("prompt"), "prompt")
     if hasattr(prompt, "tolist"):  # numpy arrays from pandas-written files
         prompt = prompt.tolist()
@@ -184,7 +192,14 @@ def kind_for_source(data_source: str, ability: str, kinds: Mapping[str, str]) ->
     if ability == "math":
         return "math"
     raise SpecError("data_source", f"no verifier kind for data_source {data_source!r} (ability {ability!r}): "
-                                   f"map it in the dataset's kinds, e.g. kinds: {{{data_source!r}: math}}")
+                                   f"map it to one: {kinds_hint(data_source)}")
+
+
+def kinds_hint(data_source: str, kind: str = "math") -> str:
+    """How to map a data_source to a kind, in the forms that take it: the `--kinds` flag (JSON, shell
+    quoted) and a dataset's `kinds:` in a config (JSON is YAML too)."""
+    mapping = json.dumps({data_source: kind})
+    return f"--kinds {shlex.quote(mapping)} (or kinds: {mapping} in the dataset's config)"
 
 
 def style_of(data_source: str) -> str:
@@ -193,18 +208,29 @@ def style_of(data_source: str) -> str:
     return next((s for p, s in STYLE_PREFIXES.items() if data_source.startswith(p)), "auto")
 
 
+GOLD = "reward_model.ground_truth"
+
+
+def _as_text(value: Any, field_name: str) -> str:
+    """A non-text cell as text; a NaN (how pandas and numpy write a missing value) is refused, never
+    turned into the answer 'nan'."""
+    if isinstance(value, float) and math.isnan(value):
+        raise SpecError(field_name, "NaN: a missing value, not an answer")
+    return str(value)
+
+
 def _math_gold(gold: Any) -> str:
     """verl's ground truth as the answer: a gsm8k solution's "#### 72" tail, numbers as text."""
     if isinstance(gold, list) and len(gold) == 1:
         gold = gold[0]
     if isinstance(gold, (int, float)) and not isinstance(gold, bool):
-        return str(gold)
+        return _as_text(gold, GOLD)
     if not isinstance(gold, str):
-        raise SpecError("reward_model.ground_truth", f"a {type(gold).__name__}, not an answer")
+        raise SpecError(GOLD, f"a {type(gold).__name__}, not an answer")
     if "####" in gold:
         gold = gold.rsplit("####", 1)[1].strip().replace(",", "")
     if not gold.strip():
-        raise SpecError("reward_model.ground_truth", "missing: this kind needs a gold answer")
+        raise SpecError(GOLD, "missing: this kind needs a gold answer")
     return gold.strip()
 
 

@@ -3,7 +3,11 @@ save_to_disk and data-files directories: tests/data/rows.py writes them), the fi
 CLI once as a subprocess."""
 from __future__ import annotations
 
+import gzip
+import json
+import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +28,9 @@ def validate(capsys, *files: Path | str, **flags) -> tuple[int, list[str], str]:
     import argparse
 
     args = argparse.Namespace(files=[Path(f) for f in files], format=flags.get("format"), importer="auto",
-                              kinds=flags.get("kinds", "{}"), sandbox=flags.get("sandbox", ""), limit=None, jobs=2)
+                              kinds=flags.get("kinds", "{}"), sandbox=flags.get("sandbox", ""),
+                              limit=flags.get("limit"), jobs=2, split=flags.get("split"),
+                              progress_every=flags.get("progress_every", 10.0))
     code = cmd_validate(args)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err
@@ -45,6 +51,11 @@ def sandbox(tmp_path_factory) -> str:
 
 GOOD_SUMMARY = ("validate: 9 rows in 1 file(s): 8 good, 0 bad, 1 schema-checked only (genrm without a reference "
                 "answer: a judge model scores it, not checkable offline: 1)")
+GOOD_BY_SOURCE = ["  humaneval: 1 rows: 1 good, 0 bad, 0 schema-checked only",
+                  "  logic:sudoku: 1 rows: 1 good, 0 bad, 0 schema-checked only",
+                  "  mix: 5 rows: 4 good, 0 bad, 1 schema-checked only",
+                  "  repo: 1 rows: 1 good, 0 bad, 0 schema-checked only",
+                  "  rg:leg_counting: 1 rows: 1 good, 0 bad, 0 schema-checked only"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -53,7 +64,8 @@ def test_a_good_file_of_each_format_with_a_row_of_every_kind_is_good(capsys, tmp
     swe (a snapshot by task-store reference, its patch run in the sandbox), rg, genrm."""
     path = write(tmp_path, fmt, good_rows(tmp_path, TaskStore(tmp_path / "tasks")))
     code, out, _ = validate(capsys, path, sandbox=sandbox)
-    assert (code, out) == (0, [GOOD_SUMMARY])
+    assert (code, out[0]) == (0, GOOD_SUMMARY), out
+    assert out[1:] == GOOD_BY_SOURCE, out
 
 
 @pytest.mark.parametrize("case", sorted(bad_rows()))
@@ -61,13 +73,15 @@ def test_a_good_file_of_each_format_with_a_row_of_every_kind_is_good(capsys, tmp
 def test_a_bad_row_in_a_file_of_each_format_is_named_and_exits_1(capsys, tmp_path, fmt, case):
     """A malformed row (the format's own kind: a line that is not JSON, a CSV line short of fields, a
     spec that is not JSON text, a row without its prompt), a missing gold, an unknown kind, a
-    reasoning-gym task that does not exist: named by file, row and field; the good rows around it pass."""
-    good = row("mix", "ok", "1+1=", "arith", "2")
-    path = write(tmp_path, fmt, [good, bad_rows()[case], good])
+    reasoning-gym task that does not exist: named by file (a directory's data file), row and field;
+    the good rows around it pass."""
+    path = write(tmp_path, fmt, [row("mix", "ok", "1+1=", "arith", "2"), bad_rows()[case],
+                                 row("mix", "ok-2", "2+2=", "arith", "4")])
     code, out, _ = validate(capsys, path)
     field = MALFORMED_FIELD[fmt] if case == "malformed" else BAD_FIELD[case]
     assert code == 1 and len(out) == 2, out
-    assert out[0].startswith(f"{path}:1: {field}: "), out[0]
+    where = path if path.is_file() else next(f for f in path.rglob("*") if f.suffix in (".arrow", ".parquet"))
+    assert out[0].startswith(f"{where}:1: {field}: "), out[0]  # a directory's row: named by its data file
     assert out[1] == "validate: 3 rows in 1 file(s): 2 good, 1 bad, 0 schema-checked only"
 
 
@@ -105,7 +119,10 @@ def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
     assert proc.returncode == 0, stdout + stderr
     assert stdout.splitlines() == [
         "validate: 58 rows in 4 file(s): 57 good, 0 bad, 1 schema-checked only (genrm without a reference "
-        "answer: a judge model scores it, not checkable offline: 1)"]
+        "answer: a judge model scores it, not checkable offline: 1)",
+        "  csv: 3 rows: 3 good, 0 bad, 0 schema-checked only",
+        "  mixed: 7 rows: 6 good, 0 bad, 1 schema-checked only",
+        "  openai/gsm8k: 48 rows: 48 good, 0 bad, 0 schema-checked only"]
     assert "starting a local sandbox" in stderr
     leftover = subprocess.run(["pgrep", "-f", f"ops.tethered {proc.pid} "], capture_output=True, text=True)
     assert leftover.stdout == "", "the sandbox outlived validate"
@@ -171,8 +188,11 @@ def test_verl_rows_of_an_unmapped_source_are_bad_until_mapped(capsys, tmp_path):
     rows = [{**r, "data_source": "ours/word-problems", "ability": "arithmetic"} for r in verl_rows(3)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ours.parquet")
     code, out, _ = validate(capsys, tmp_path / "ours.parquet")
-    assert code == 1 and out[0].endswith("map it in the dataset's kinds, e.g. kinds: {'ours/word-problems': math}")
-    assert validate(capsys, tmp_path / "ours.parquet", kinds='{"ours/word-problems": "math"}')[0] == 0
+    mapping = '{"ours/word-problems": "math"}'
+    hint = f"--kinds '{mapping}' (or kinds: {mapping} in the dataset's config)"
+    assert code == 1 and out[0].endswith(f"map it to one: {hint}"), out[0]
+    flag, value = shlex.split(hint.split(" (or ")[0])  # the hint as a shell reads it is what --kinds takes
+    assert flag == "--kinds" and validate(capsys, tmp_path / "ours.parquet", kinds=value)[0] == 0
 
 
 def test_a_kind_without_a_gold_writer_is_schema_checked_and_said_so_per_row(capsys, tmp_path, monkeypatch):
@@ -229,3 +249,142 @@ def test_a_killed_validate_leaves_no_sandbox_running(tmp_path):
     while sandboxes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not sandboxes(), "the sandbox outlived a killed validate"
+
+
+# -- issue 38: nothing skipped, every bad input one line -------------------------------------------------
+
+def _arith_rows(n: int, source: str = "s", start: int = 0) -> list[dict]:
+    return [row(source, str(i), f"{i}+1=", "arith", str(i + 1)) for i in range(start, start + n)]
+
+
+def test_the_split_trap_folder_validates_its_40_test_rows_and_says_what_it_did_not_read(capsys, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    rows = [{**r, "verifier": {**r["verifier"], "spec": "{}"}} for r in _arith_rows(40)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "test-00000-of-00001.parquet")
+    (tmp_path / "constraints.json").write_text('{"max_len": 3}\n')
+    (tmp_path / "dataset_infos.json").write_text('{"default": {}}\n')
+    code, out, err = validate(capsys, tmp_path)
+    assert (code, out) == (0, ["validate: 40 rows in 1 file(s): 40 good, 0 bad, 0 schema-checked only"])
+    assert f"validate: {tmp_path}: split 'test' (1 file, 40 rows); in no split, not read: constraints.json" in err
+    code, out, err = validate(capsys, tmp_path, split="train")
+    assert (code, out) == (2, []) and err == f"m1flow: error: {tmp_path}: no split 'train': the splits here are test\n"
+
+
+def test_errors_inside_a_directory_name_its_file_and_row(capsys, tmp_path):
+    first, second = tmp_path / "train-0.jsonl", tmp_path / "train-1.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in _arith_rows(3)))
+    rows = _arith_rows(3, start=3)
+    rows[1], rows[2]["prompt"] = {"id": "x", "source": "s", "prompt": "9+1="}, ""
+    second.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, _ = validate(capsys, tmp_path)
+    assert code == 1 and out[:2] == [f"{second}:1: verifier: missing", f"{second}:2: prompt: empty"], out
+
+
+def test_a_latin1_csv_is_one_line_naming_file_row_and_column(capsys, tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("id,prompt,verifier.kind,verifier.gold\n1,1+1=,arith,2\n2,caf\xe9 2+2=,arith,4\n"
+                     .encode("latin-1"))
+    code, out, _ = validate(capsys, path)
+    assert (code, out) == (1, [f"{path}:1: prompt: line 3: not UTF-8 text (byte 0xe9 at character 4): re-save the "
+                               "file as UTF-8", "validate: 2 rows in 1 file(s): 1 good, 1 bad, 0 schema-checked only"])
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl.gz", "rows.csv.gz"])
+def test_a_truncated_gz_is_one_line_and_exit_2(capsys, tmp_path, name):
+    rows = _arith_rows(2000)
+    text = "".join(json.dumps(r) + "\n" for r in rows) if name.startswith("rows.jsonl") else \
+        "id,prompt,verifier.kind,verifier.gold\n" + "".join(f"{i},{i}+1=,arith,{i + 1}\n" for i in range(2000))
+    raw = gzip.compress(text.encode())
+    (tmp_path / name).write_bytes(raw[: len(raw) * 2 // 3])
+    code, out, err = validate(capsys, tmp_path / name)
+    assert code == 2 and out == [] and len(err.splitlines()) == 1, err
+    assert err.startswith(f"m1flow: error: {tmp_path / name}: compressed data damaged after line ") and \
+        "end-of-stream marker" in err
+
+
+def test_duplicate_ids_in_a_file_are_bad_naming_the_first_row(capsys, tmp_path):
+    rows = _arith_rows(3)
+    rows.append({**_arith_rows(1, start=7)[0], "id": "1"})
+    path = write(tmp_path, "jsonl", rows)
+    code, out, _ = validate(capsys, path)
+    assert (code, out) == (1, [f"{path}:3: id: duplicate id '1': {path}:1 has it too (prompt ids <source>/<id> must "
+                               "be unique: 's/1')",
+                               "validate: 4 rows in 1 file(s): 3 good, 1 bad, 0 schema-checked only"])
+    other = write(tmp_path / "test", "jsonl", _arith_rows(3))  # another file (a test split) may repeat the ids
+    assert validate(capsys, write(tmp_path / "train", "jsonl", _arith_rows(3)), other)[:2] == (
+        0, ["validate: 6 rows in 2 file(s): 6 good, 0 bad, 0 schema-checked only"])
+
+
+def test_none_and_nan_golds_are_bad_with_the_reason(capsys, tmp_path):
+    """Text a missing value turns into (`None`, `nan`) is not an answer, nor is a NaN number in a
+    column (m1flow form or verl's ground_truth)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [row("s", "a", "What is 1/0 as a float?", "math", "nan", {"style": "boxed"}),
+            row("s", "b", "Who won?", "math", "None", {"style": "boxed"}),
+            row("s", "c", "What is 2+2?", "math", "4", {"style": "boxed"})]
+    path = write(tmp_path, "jsonl", rows)
+    code, out, _ = validate(capsys, path)
+    assert code == 1 and out[:2] == [
+        f"{path}:0: verifier.gold: 'nan' is a missing value written as text (None, NaN, null), not an answer",
+        f"{path}:1: verifier.gold: 'None' is a missing value written as text (None, NaN, null), not an answer"], out
+    table = pa.table({"id": ["a", "b"], "prompt": ["What is 2+2?", "What is 3+3?"], "verifier.kind": ["math", "math"],
+                      "verifier.gold": [4.0, math.nan]})
+    pq.write_table(table, tmp_path / "floats.parquet")
+    code, out, _ = validate(capsys, tmp_path / "floats.parquet")
+    floats = tmp_path / "floats.parquet"
+    assert code == 1 and out[0] == f"{floats}:1: verifier.gold: NaN: a missing value, not an answer"
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_fixtures import verl_rows
+
+    verl = verl_rows(2)
+    verl[1]["reward_model"] = {"style": "rule", "ground_truth": math.nan}
+    verl[0]["reward_model"] = {"style": "rule", "ground_truth": 18.0}
+    pq.write_table(pa.Table.from_pylist(verl), tmp_path / "verl.parquet")
+    code, out, _ = validate(capsys, tmp_path / "verl.parquet")
+    assert code == 1 and f"{tmp_path / 'verl.parquet'}:1: reward_model.ground_truth: NaN: a missing value, " \
+                         "not an answer" in out, out
+
+
+@pytest.mark.parametrize("flag,value", [("--limit", "-1"), ("--limit", "0"), ("--jobs", "0")])
+def test_a_count_flag_below_one_is_refused(capsys, flag, value):
+    from ops.cli import parser
+
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(["data", "validate", "rows.jsonl", flag, value])
+    assert info.value.code == 2
+    assert f"argument {flag}: must be 1 or more, got {value}" in capsys.readouterr().err
+
+
+def test_verl_rows_are_counted_per_data_source(capsys, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_fixtures import verl_rows
+
+    rows = verl_rows(5)
+    for r in rows[3:]:
+        r["data_source"] = "ours/more-gsm8k"
+    rows[4]["reward_model"] = {"style": "rule", "ground_truth": ""}
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "two.parquet")
+    code, out, _ = validate(capsys, tmp_path / "two.parquet", kinds='{"ours/more-gsm8k": "math"}')
+    assert code == 1 and out[1:] == [
+        "validate: 5 rows in 1 file(s): 4 good, 1 bad, 0 schema-checked only",
+        "  openai/gsm8k: 3 rows: 3 good, 0 bad, 0 schema-checked only",
+        "  ours/more-gsm8k: 2 rows: 1 good, 1 bad, 0 schema-checked only"], out
+
+
+def test_validate_says_its_progress_on_stderr(capsys, tmp_path):
+    path = write(tmp_path, "jsonl", _arith_rows(5))
+    code, out, err = validate(capsys, path, progress_every=0)
+    lines = [line for line in err.splitlines() if line.startswith(f"validate: {path}: ")]
+    assert code == 0 and len(lines) == 5, err
+    assert lines[0].startswith(f"validate: {path}: 1/5 rows, 0 bad, ") and " rows/s" in lines[0]
+    assert lines[0].endswith(" left") and not lines[-1].endswith(" left")
+    quiet = validate(capsys, path)[2]
+    assert f"validate: {path}: " not in quiet  # 5 rows take less than the default 10 s between lines
