@@ -161,9 +161,8 @@ def test_a_row_whose_prompt_is_over_the_bus_limit_is_bad_in_one_line(capsys, tmp
     and the limit; the rows around it pass. The row is just over the limit: the smallest that shows it."""
     from m1flow.bus.limits import MESSAGE_MAX_BYTES
 
-    good = row("big", "ok", "1+1=", "arith", "2")
     huge = row("big", "huge", "x" * (MESSAGE_MAX_BYTES - 200) + " 1+1=", "arith", "2")
-    path = write(tmp_path, "jsonl", [good, huge, good])
+    path = write(tmp_path, "jsonl", [row("big", "ok-0", "1+1=", "arith", "2"), huge, row("big", "ok-1", "1+1=", "arith", "2")])
     code, out, _ = validate(capsys, path)
     assert code == 1 and len(out) == 2, out
     assert out[0].startswith(f"{path}:1: prompt: the encoded Prompt is 16,7") and "\n" not in out[0]
