@@ -8,10 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -173,46 +171,92 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    """The local stack, supervised, in phases: check the inputs (before anything starts), warm-start a
+    policy when no --model is given (said first, with how long), broker, services, run. SIGINT and SIGTERM
+    stop it in any phase (ops.interrupt): what was started is stopped, one line says so, and the exit
+    code is 128 + the signal's number. Everything it starts is tethered to it (a kill -9 takes them along),
+    except a --keep-broker broker."""
+    from ops.interrupt import Interrupted, stop_signals
+
+    started: dict[str, object] = {}
+    with stop_signals("m1flow up"):
+        try:
+            return _up(args, started)
+        except Interrupted as stop:
+            stack = started.get("stack")
+            phase = stack.phase if stack is not None else "checking its inputs"
+            kept = " but the broker (--keep-broker)" if args.keep_broker and stack is not None else ""
+            print(f"m1flow up: {stop.name} while {phase}: stopped everything it started{kept}", flush=True)
+            return stop.exit_code
+
+
+def _up(args: argparse.Namespace, started: dict[str, object]) -> int:
+    replicas = _replicas(args.replicas)
+    if args.model is not None and not (args.model / "config.json").is_file():
+        raise CliError(f"--model {args.model}: not a model directory (no config.json in it)")
+    service_args = {"rollout": ["--engine", args.engine], **_source_args(args)}  # before the imports below:
+    # a bad input is said in a second or two, not after the half minute torch and transformers take to load
+    from ops.demo import warmstart_for
+    from ops.interrupt import received
     from ops.stack import Stack
     from ops.supervisor import RestartPolicy, Supervisor
 
-    try:
-        replicas = dict(r.split("=", 1) for r in args.replicas)
-    except ValueError:
-        raise CliError(f"--replicas takes name=count pairs, e.g. reward=2 rollout=2; got {args.replicas}") from None
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    from ops.demo import warmstart_for
-
-    service_args = {"rollout": ["--engine", args.engine]}
-    if args.sources:  # the prompt source runs only when given its datasets
-        from ops.sources_file import SourcesFileError, has_eval_sets, resolved_sources
-
-        try:  # relative dataset paths are the file's, not the repository root's (where services run)
-            resolved = resolved_sources(args.sources, args.run_dir)
-        except SourcesFileError as exc:
-            raise CliError(str(exc)) from None
-        service_args["source"] = ["--config", str(resolved)]
-        if has_eval_sets(resolved):  # held-out sets: svc_eval reads the same file (svc_source drops their rows)
-            service_args["eval"] = ["--config", str(resolved)]
+    policy = RestartPolicy(**json.loads(args.restart_policy or "{}"))
     stack = Stack(args.run_dir, replicas=replicas, model=args.model, warmstart=warmstart_for(args.engine),
-                  service_args=service_args, secure=args.secure)
-    supervisor = Supervisor(stack, RestartPolicy(**json.loads(args.restart_policy or "{}")),
-                            say=lambda line: print(line, flush=True))
+                  service_args=service_args, secure=args.secure, tethered=True, keep_broker=args.keep_broker)
+    started["stack"] = stack
+    plan = stack.policy_plan()
+    if plan is not None:  # minutes, when it is not cached: say so first; its progress lines follow
+        print(f"m1flow up: {plan}", flush=True)
+        try:
+            stack.initial_policy()
+        except RuntimeError as exc:  # the training's own error is above, on its output
+            raise CliError(str(exc)) from None
+    supervisor = Supervisor(stack, policy, say=lambda line: print(line, flush=True))
     print(f"m1flow up: run dir {stack.run_dir}; starting broker and services ...", flush=True)
-    supervisor.start()
+    try:
+        supervisor.start()
+    except (RuntimeError, TimeoutError) as exc:  # a service that did not start: its log's tail, then one line
+        print(str(exc), file=sys.stderr)
+        raise CliError(f"{str(exc).splitlines()[0]} (while {stack.phase}; its log's last lines are above)") from None
     print(stack.status_table(), flush=True)
     print("stop with Ctrl-C, SIGTERM or `m1flow down`", flush=True)
     try:
-        supervisor.run(stop)
+        supervisor.run(threading.Event())  # until a stop signal (ops.interrupt raises it here)
     finally:
-        if args.keep_broker:
-            stack.stop(broker=False)
-            (stack.run_dir / "up.json").unlink(missing_ok=True)
-        else:
-            supervisor.stop()
+        supervisor.stop(quiet=received() is not None)
     return 0
+
+
+def _replicas(pairs: list[str]) -> dict[str, str]:
+    try:
+        return dict(r.split("=", 1) for r in pairs)
+    except ValueError:
+        raise CliError(f"--replicas takes name=count pairs, e.g. reward=2 rollout=2; got {pairs}") from None
+
+
+def _source_args(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The prompt source's (and svc_eval's) flags, once every source and held-out set they will read has
+    been opened and its first rows read here (ops.sources_file.check_sources): a source that cannot be
+    used is one line before anything starts, not a failed service minutes later."""
+    from ops.sources_file import SourcesFileError, check_sources, has_eval_sets, resolved_sources
+
+    if not args.sources:
+        if any(f"M1FLOW_{key.upper()}" in os.environ for key in ("sources", "eval_sets")):
+            try:  # the services take them from the environment: check those
+                check_sources(None)
+            except SourcesFileError as exc:
+                raise CliError(str(exc)) from None
+        return {}
+    try:  # relative dataset paths are the file's, not the repository root's (where services run)
+        resolved = resolved_sources(args.sources, args.run_dir)
+        check_sources(resolved, named=args.sources)
+    except SourcesFileError as exc:
+        raise CliError(str(exc)) from None
+    out = {"source": ["--config", str(resolved)]}  # the prompt source runs only when given its datasets
+    if has_eval_sets(resolved):
+        out["eval"] = ["--config", str(resolved)]  # held-out sets: svc_eval reads the same file (svc_source drops their rows)
+    return out
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ops import ROOT
+from ops.interrupt import deferred
 from ops.services import service
 from m1flow.runtime import health
 from m1flow.runtime.service import ready_file
@@ -39,7 +40,7 @@ class ServiceProcess:
         ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
         self.launched_at = time.time()
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log, deferred():  # a stop signal waits until the process is recorded
             self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         return self
@@ -77,15 +78,24 @@ class ServiceProcess:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.alive():
-            os.killpg(self.proc.pid, sig)
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:  # it exited since alive() looked
+                pass
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (graceful: finish, commit, close), SIGKILL if it does not exit in time."""
         if not self.alive():
             return self.proc.returncode if self.proc else None
         self.kill(signal.SIGTERM)
+        return self.wait_stopped(timeout)
+
+    def wait_stopped(self, timeout: float) -> int | None:
+        """Wait for the exit a SIGTERM asked for; SIGKILL (its process group) if it does not come in time."""
+        if self.proc is None:
+            return None
         try:
-            return self.proc.wait(timeout)
+            return self.proc.wait(max(timeout, 0.0))
         except subprocess.TimeoutExpired:
             self.kill(signal.SIGKILL)
             return self.proc.wait(10)
@@ -94,6 +104,16 @@ class ServiceProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def stop_together(procs: list[ServiceProcess], timeout: float = 30.0) -> None:
+    """SIGTERM every one of them at once, then wait for all (SIGKILL for those still there after
+    `timeout`): a graceful stop takes the longest one's time, not the sum of all."""
+    for proc in procs:
+        proc.kill(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.wait_stopped(deadline - time.monotonic())
 
 
 def torchrun(name: str, nproc: int) -> list[str]:

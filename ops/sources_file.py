@@ -9,10 +9,14 @@ svc_source reads that copy from the run directory; everything else is passed on 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from m1flow.source_check import SourceCheckError, check_settings
 
 
 class SourcesFileError(ValueError):
@@ -63,3 +67,35 @@ def resolved_sources(path: str | Path, run_dir: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(settings, indent=1))
     return out
+
+
+# the settings svc_source and svc_eval also take from the environment (M1FLOW_<KEY>), which win over the file's
+ENV_KEYS = ("sources", "eval_sets", "group_size")
+
+
+def effective_settings(path: str | Path | None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The sources, held-out sets and group size the services will read: the (resolved) file's, with the
+    environment's `M1FLOW_SOURCES`, `M1FLOW_EVAL_SETS`, `M1FLOW_GROUP_SIZE` over them, as they read it."""
+    env = os.environ if env is None else env
+    settings = load_settings(Path(path)) if path is not None else {}
+    for key in ENV_KEYS:
+        text = env.get(f"M1FLOW_{key.upper()}")
+        if text is not None:
+            try:
+                settings[key] = json.loads(text)
+            except ValueError:
+                settings[key] = text  # as the services read it: a string, which the check names
+    return settings
+
+
+def check_sources(path: str | Path | None, env: Mapping[str, str] | None = None, run_id: str = "local",
+                  named: str | Path | None = None) -> list[str]:
+    """Open every source and held-out set `m1flow up` would hand the services and read their first rows
+    (m1flow.source_check), before anything starts; the source names. SourcesFileError: one line naming
+    the file as the user gave it (`named`; else `path`, or the variable), the source and why."""
+    named = named if named is not None else path
+    where = f"--sources {named}" if named is not None else "M1FLOW_SOURCES"
+    try:
+        return check_settings(effective_settings(path, env), run_id)
+    except SourceCheckError as exc:
+        raise SourcesFileError(f"{where}: {exc}") from None

@@ -5,7 +5,8 @@ exits (with exponential back-off, each restart logged and counted) and what stay
 having been ready (a consumer that stopped making progress, see m1flow/bus/liveness.py), prints a
 status line, and keeps `up.json` in the run directory current (pids, restarts), so that
 `m1flow down` stops everything even when the supervisor itself is gone. A start that fails
-stops what it started; SIGTERM or Ctrl-C stops everything.
+stops what it started; SIGTERM or Ctrl-C stops everything (ops.interrupt: in every phase, the start's
+included), and a SIGKILL of the supervisor takes its tethered broker and services with it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
+from ops.interrupt import Interrupted, deferred
 from ops.launcher import ServiceProcess
 from ops.stack import Stack
 from m1flow.runtime import health
@@ -74,10 +76,12 @@ class Supervisor:
         """Broker, topics, initial policy and every service; on any failure, stop what started."""
         try:
             self.stack.start()
-        except BaseException:
-            self.say("start failed: stopping what was started")
-            self.stack.stop()
-            self.state_file.unlink(missing_ok=True)
+        except BaseException as exc:
+            if not isinstance(exc, Interrupted):  # a stop signal is said once, by whoever took it
+                self.say(f"start failed while {self.stack.phase}: stopping what was started")
+            with deferred():
+                self.stack.stop()
+                self.state_file.unlink(missing_ok=True)
             raise
         for proc in self.stack.procs:
             self.members[f"{proc.name}-{proc.replica}"] = Supervised(proc, backoff=self.policy.backoff_initial_s,
@@ -88,10 +92,13 @@ class Supervisor:
         while not stop.wait(self.policy.check_every_s):
             self.tick()
 
-    def stop(self) -> None:
-        self.say("stopping services and broker")
-        self.stack.stop()
-        self.state_file.unlink(missing_ok=True)
+    def stop(self, quiet: bool = False) -> None:
+        """Every service, then the broker (unless the stack keeps it); `up.json` goes with them."""
+        if not quiet:
+            self.say("stopping services" + ("" if self.stack.keep_broker else " and broker"))
+        with deferred():
+            self.stack.stop()
+            self.state_file.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ one check
     def tick(self, now: float | None = None) -> None:

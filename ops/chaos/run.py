@@ -203,7 +203,8 @@ class ChaosRun:
             security.activate(before)
 
     def terminate(self) -> tuple[bool, str]:
-        """SIGTERM the supervisor as a user's Ctrl-C would; every process it ran must be gone."""
+        """SIGTERM the supervisor as a user's Ctrl-C would: it exits 143 (128 + SIGTERM), and every process
+        it ran must be gone."""
         import psutil
 
         state = json.loads((self.run_dir / "up.json").read_text())
@@ -215,7 +216,7 @@ class ChaosRun:
             return False, "m1flow up did not exit within 180 s of SIGTERM"
         left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
         again = self.m1flow("down", timeout=180).stdout.strip()
-        return (code == 0 and not left and "nothing was running" in again,
+        return (code == 128 + signal.SIGTERM and not left and "nothing was running" in again,
                 f"exit {code}; {len(pids)} processes, {len(left)} left; then `m1flow down`: {again!r}")
 
     def settle(self, bootstrap: str, prompt_ids: set[str], bad_records: list[tuple[str, int, int]]) -> None:

@@ -19,8 +19,10 @@ from pathlib import Path
 import psutil
 
 from m1flow.runtime.ports import free_port
-from m1flow.runtime.tether import die_with_parent
+from m1flow.runtime.tether import require_main_thread
+from ops.interrupt import deferred
 from ops.kafka.config import BrokerState, write_config
+from ops.tethered import command as tethered_command
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
@@ -44,8 +46,9 @@ class Broker:
                  tethered: bool = False) -> None:
         """secrets: a CA folder (m1flow.security.pki) to serve TLS with client certificates and
         ACLs from (its `broker` and `admin` identities are the super users); None: plaintext.
-        tethered: the node is killed by the kernel when the thread that starts it ends (a tool's
-        private broker, m1flow.runtime.tether); its data stays and a later start recovers it."""
+        tethered: the node is killed by the kernel when the process that starts it dies, SIGKILL included
+        (`m1flow up`, a tool's private broker: m1flow.runtime.tether; started from the main thread only);
+        its data stays and a later start recovers it."""
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap
         self.tethered = tethered
@@ -154,25 +157,37 @@ class Broker:
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.yaml'}",
                 f"-Dkafka.logs.dir={self.run_dir / 'logs'}", "-cp", classpath]
-        fmt = subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", state.cluster_id,
-                                     "-c", str(props), "--ignore-formatted"],
-                             capture_output=True, text=True)
+        fmt = subprocess.run(self._tethered(java + ["kafka.tools.StorageTool", "format", "-t", state.cluster_id,
+                                                    "-c", str(props), "--ignore-formatted"]),
+                             capture_output=True, text=True, env=self._env())
         if fmt.returncode != 0:
             raise BrokerError(f"formatting the log dir failed: {fmt.stdout}{fmt.stderr}")
-        with open(self.run_dir / "broker.out", "ab") as out:
-            self._child = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
+        with open(self.run_dir / "broker.out", "ab") as out, deferred():  # started is recorded
+            self._child = subprocess.Popen(self._tethered(java + ["kafka.Kafka", str(props)]), stdout=out,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True,
-                                           preexec_fn=die_with_parent if self.tethered else None)
-        state.pid = self._child.pid
-        state.started_at = psutil.Process(self._child.pid).create_time()
-        self._save(state)
+                                           start_new_session=True, env=self._env())
+            state.pid = self._child.pid
+            state.started_at = psutil.Process(self._child.pid).create_time()
+            self._save(state)
         try:
             self.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return state.bootstrap
+
+    def _tethered(self, argv: list[str]) -> list[str]:
+        """The command as run: when tethered, through ops.tethered, which sets PR_SET_PDEATHSIG and execs it
+        (the JVM is then this process's own child, killed by the kernel with it; no preexec_fn, see there)."""
+        if not self.tethered:
+            return argv
+        require_main_thread(f"broker under {self.run_dir}")
+        return tethered_command(os.getpid(), argv)
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        """The environment, with the checkout on PYTHONPATH for the tethering wrapper (java ignores it)."""
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
     def wait_ready(self, timeout: float) -> None:
         """Block until an admin client can list topics (the only readiness signal worth trusting)."""
