@@ -24,6 +24,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="svc_sandbox gRPC address for code and SWE rows (default: start a local one if needed)")
     v.add_argument("--limit", type=int, default=None, help="check only the first N rows of each file")
     v.add_argument("--jobs", type=int, default=2, help="gold checks at once")
+    v.add_argument("--task-store", type=Path, default=None, metavar="DIR",
+                   help="the task store a row's payload_uri must name a file of (default: RUN_DIR/tasks)")
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)
@@ -78,6 +80,7 @@ def _fail(message: str) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from m1flow.data import DatasetConfig, TableError, open_source
+    from m1flow.task_store import TaskStoreConfig
     from ops.data_validate import GoldChecker, Summary, check_rows
 
     try:
@@ -91,7 +94,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except (TableError, ValueError) as exc:
         return _fail(str(exc).splitlines()[0])
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    checker = GoldChecker(sandbox=args.sandbox)
+    store = getattr(args, "task_store", None) or Path(getattr(args, "run_dir", "run")) / "tasks"
+    checker = GoldChecker(sandbox=args.sandbox, task_store=TaskStoreConfig(root=store))
     summary = Summary(files=len(sources))
     try:
         for path, source in zip(args.files, sources):
