@@ -137,7 +137,8 @@ class RewardGrpc(rpc_grpc.RewardServiceServicer):
         if refusal:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
         verifier = request.verifier
-        enforce(context, [Cap("response", len(request.response), self.caps.max_response_chars, "score.max_response_chars"),
+        enforce(context, [Cap("response", len(request.response), self.caps.max_response_chars,
+                              "score.max_response_chars"),
                           Cap("verifier.spec_json", len(verifier.spec_json) + len(verifier.gold),
                               self.caps.max_spec_chars, "score.max_spec_chars")])
         return rpc.ScoreReply(**verdict_fields(self.registry.score(request.response, request.verifier)))

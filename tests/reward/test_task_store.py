@@ -46,7 +46,8 @@ def test_only_a_regular_file_of_the_store_within_the_cap_is_read(tmp_path):
     elsewhere = tmp_path / "elsewhere" / sha256_hex(b"e")
     elsewhere.write_bytes(b"e")
     dotdot = f"{store.root.as_uri()}/../elsewhere/{sha256_hex(b'e')}"
-    for uri, reason in ((over.as_uri(), "101 bytes, over the cap of 100"), (fifo.as_uri(), r"not a regular file \(a FIFO\)"),
+    for uri, reason in ((over.as_uri(), "101 bytes, over the cap of 100"),
+                        (fifo.as_uri(), r"not a regular file \(a FIFO\)"),
                         (link.as_uri(), "a symlink"), ("file:///dev/zero", "not a SHA-256"),
                         (f"file:///dev/{sha256_hex(b'z')}", "outside the task store"),
                         (elsewhere.as_uri(), "outside the task store"), (dotdot, "outside the task store"),

@@ -22,7 +22,8 @@ from ops.services import NAMES
 PRINCIPALS = (*NAMES, OPERATOR)
 # every service the proto declares, as its generated base servicer (UNIMPLEMENTED): what the call
 # meets once the interceptor lets it through
-SERVICERS = {svc.full_name: (getattr(rpc_grpc, f"{svc.name}Servicer"), getattr(rpc_grpc, f"add_{svc.name}Servicer_to_server"))
+SERVICERS = {svc.full_name: (getattr(rpc_grpc, f"{svc.name}Servicer"),
+                             getattr(rpc_grpc, f"add_{svc.name}Servicer_to_server"))
              for svc in rpc.DESCRIPTOR.services_by_name.values()}
 
 
@@ -45,7 +46,8 @@ def serving(secrets: Path, servicers: list, table: dict[str, list[str]]) -> Iter
         server.stop(0)
 
 
-def call(address: str, who: SecurityConfig, method: str, request: bytes = b"", streaming: bool = False) -> grpc.StatusCode:
+def call(address: str, who: SecurityConfig, method: str, request: bytes = b"",
+         streaming: bool = False) -> grpc.StatusCode:
     """The status a call of `method` (a full name) as `who` ends with."""
     with grpc_tls.channel(address, security=who) as ch:
         try:
