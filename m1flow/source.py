@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from m1flow.bus import codec
 from m1flow.bus.limits import MESSAGE_MAX_BYTES, record_size
+from m1flow.bus.letters import reason
 from m1flow.contracts import events
 from m1flow.task_store import TaskStore
 
@@ -133,10 +134,10 @@ def _body_or_error(item: Any, group_size: int, path: str, row: int) -> "Body | E
 def row_letter(error: Exception, source: str, row: int, epoch: int, service: str, group: str,
                run_id: str = "local") -> events.DeadLetter:
     """The dead letter of a bad row: `source_topic` names the source ('source:<name>'), `offset` the
-    row, `error` the file, row, field and why; one id per (source, epoch, row), so a row met again
-    after a restart is not lettered twice."""
+    row, `error` the file's name (not its folders: m1flow.bus.letters), row, field and why; one id
+    per (source, epoch, row), so a row met again after a restart is not lettered twice."""
     return events.DeadLetter(
         header=codec.header(service, run_id=run_id, message_id=f"dlq:{group}:{source}:{epoch}:{row}"),
-        source_topic=f"source:{source}", partition=epoch, offset=row, error=str(error), service=service,
+        source_topic=f"source:{source}", partition=epoch, offset=row, error=reason(str(error)), service=service,
         consumer_group=group)
 

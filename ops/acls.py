@@ -1,4 +1,4 @@
-"""Who may do what on the bus: one principal per service of SERVICES, least privilege.
+"""Who may do what on the bus and over gRPC: one principal per service of SERVICES, least privilege.
 
 The table is the one docs/security.md shows. A principal is the CN of the service's certificate
 (its name in SERVICES); a service missing from the table gets no rights at all (the broker
@@ -7,6 +7,11 @@ the default `m1flow-<service>`, granted as a prefix: a replay (`m1flow replay`) 
 under its own principal in a group `m1flow-<service>-...` and writes `<topic>.<suffix>`, which
 the prefixed WRITE on `<topic>.` allows (copies nothing live reads); the operator creates those
 topics. Operators act as the `admin` super user (topics, ACLs, `m1flow control`).
+
+GRPC, beside it, is who may call each gRPC method: the callers the code has (svc_*/client.py and
+ops/), nobody else. Every service gets it whole (`grpc_methods`, M1FLOW_GRPC_METHODS: local stacks
+from here, compose and the chart from deploy/helm/m1flow/files/service.env, which a test keeps
+equal) and one interceptor (m1flow.security.grpc_tls.MethodAccess) enforces its rows in secure mode.
 """
 from __future__ import annotations
 
@@ -44,6 +49,42 @@ ACLS: dict[str, Grants] = {
 }
 
 
+OPERATOR = "admin"  # the operator's principal: a Kafka super user, and an ordinary caller on gRPC
+# The methods of the proto's `<Name>Service` each service serves, and the principals that may call
+# each (health answers any principal of the CA). Source and eval serve none.
+GRPC: dict[str, dict[str, tuple[str, ...]]] = {
+    "sandbox": {"Execute": ("reward",), "RunTests": ("reward",)},  # runs programs: the reward service's only
+    # one answer scored by hand (the pipeline scores from `rollouts`); programs never: svc_reward refuses
+    # a kind that runs in the sandbox over this method, whoever calls
+    "reward": {"Score": (OPERATOR,)},
+    "learner": {"Status": (OPERATOR,)},
+    # sampling by hand (svc_rollout.client.generate); svc_eval samples with an engine of its own
+    "rollout": {"Generate": (OPERATOR,)},
+    # `m1flow report`, `m1flow cluster status`, the demo, the chaos run's checks: all as the operator
+    "monitor": {"Report": (OPERATOR,)},
+    "source": {},
+    "eval": {},
+}
+
+
+def grpc_service(name: str) -> str:
+    """The proto service svc_<name> serves (`m1flow.v1.RewardService`)."""
+    return f"m1flow.v1.{name.capitalize()}Service"
+
+
+def grpc_methods(names: tuple[str, ...] = NAMES) -> dict[str, list[str]]:
+    """GRPC as the services take it: full method name (`/m1flow.v1.RewardService/Score`) -> principals."""
+    return {f"/{grpc_service(name)}/{method}": sorted(callers)
+            for name in names for method, callers in sorted(GRPC.get(name, {}).items())}
+
+
+def grpc_methods_json() -> str:
+    """grpc_methods() as one line of JSON: M1FLOW_GRPC_METHODS (files/service.env holds this line)."""
+    import json
+
+    return json.dumps(grpc_methods(), separators=(",", ":"))
+
+
 def group_prefix(name: str) -> str:
     """The consumer groups service `name` may use: `m1flow-<name>` and its replays' `m1flow-<name>-...`
     (no service's name is the start of another's: tests/test_services_list.py)."""
@@ -71,10 +112,10 @@ def bindings(name: str):  # noqa: ANN201 - list[kafka.admin.ACL]
     if grants.group:  # its live group and its replays' groups
         out.append(allow(ACLOperation.READ, ResourceType.GROUP, group_prefix(name), prefixed))
     out += [allow(ACLOperation.DESCRIBE, ResourceType.GROUP, g) for g in grants.describe_groups]
-    if grants.describe_group_prefix:
+    if grants.describe_group_prefix:  # ListGroups answers with the groups a principal may describe, so
+        # this is all the monitor's lag view needs; DESCRIBE on the cluster would also show it every ACL
         out.append(allow(ACLOperation.DESCRIBE, ResourceType.GROUP, grants.describe_group_prefix,
                          ACLResourcePatternType.PREFIXED))
-        out.append(allow(ACLOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"))  # ListGroups
     return out
 
 
@@ -110,5 +151,9 @@ def strimzi_acls(name: str) -> list[dict]:
 
 if __name__ == "__main__":
     import json
+    import sys
 
-    print(json.dumps({name: strimzi_acls(name) for name in NAMES}, indent=1))
+    if sys.argv[1:] == ["--grpc"]:  # the M1FLOW_GRPC_METHODS line of files/service.env
+        print(f"M1FLOW_GRPC_METHODS={grpc_methods_json()}")
+    else:
+        print(json.dumps({name: strimzi_acls(name) for name in NAMES}, indent=1))

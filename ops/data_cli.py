@@ -28,6 +28,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--jobs", type=positive_int, default=2, help="gold checks at once")
     v.add_argument("--progress-every", type=float, default=10.0, metavar="S",
                    help="a progress line on stderr at most every S seconds (default 10)")
+    v.add_argument("--task-store", type=Path, default=None, metavar="DIR",
+                   help="the task store a row's payload_uri must name a file of (default: RUN_DIR/tasks)")
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)
@@ -98,6 +100,7 @@ def _fail(message: str) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from m1flow.data import TableError
+    from m1flow.task_store import TaskStoreConfig
     from ops.data_validate import GoldChecker, RowScreen, Summary, check_rows
     from ops.progress import Progress
 
@@ -107,7 +110,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except (TableError, ValueError) as exc:
         return _fail(str(exc).splitlines()[0])
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    checker = GoldChecker(sandbox=args.sandbox)
+    store = getattr(args, "task_store", None) or Path(getattr(args, "run_dir", "run")) / "tasks"
+    checker = GoldChecker(sandbox=args.sandbox, task_store=TaskStoreConfig(root=store))
     summary = Summary(files=len(sources))
     try:
         for path, source in zip(args.files, sources):

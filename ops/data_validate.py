@@ -29,13 +29,14 @@ from m1flow.data.record import RowError, TaskRecord
 from m1flow.kinds import KINDS, NoGold, gold_response
 from m1flow.source import prompt_oversize
 from m1flow.status import Status
+from m1flow.task_store import TaskStoreConfig, TaskStoreError
 
 
-def reward_scorer(sandbox_address: str = "") -> Any:
+def reward_scorer(sandbox_address: str = "", task_store: TaskStoreConfig | None = None) -> Any:
     """svc_reward's scoring in this process (its client's LocalScorer): what the service would write."""
     from svc_reward.client import LocalScorer, RewardConfig
 
-    return LocalScorer(RewardConfig(sandbox_address=sandbox_address))
+    return LocalScorer(RewardConfig(sandbox_address=sandbox_address, task_store=task_store or TaskStoreConfig()))
 
 
 Locate = Callable[[int], tuple[str, int]]  # a source's row -> (its file, its row there): Table.locate
@@ -75,11 +76,16 @@ class RowScreen:
 
 
 class GoldChecker:
-    """Scores gold answers; starts the sandbox on the first code or SWE row unless given one."""
+    """Scores gold answers; starts the sandbox on the first code or SWE row unless given one. A row's
+    payload_uri must name an intact file of `task_store` (by default the run's, run/tasks) within
+    its size cap, as the reward service will require."""
 
     def __init__(self, sandbox: str = "", run_dir: Path | None = None,
-                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+                 task_store: TaskStoreConfig | None = None) -> None:
         self.sandbox_address, self.run_dir, self.say = sandbox, run_dir, say
+        self.task_store = task_store or TaskStoreConfig()
+        self.store = self.task_store.store(Path("run"))  # RewardConfig's run_dir: the same default
         self._plain: Any = None
         self._with_sandbox: Any = None
         self._sandbox_proc: Any = None
@@ -93,6 +99,11 @@ class GoldChecker:
         too_large = prompt_oversize(prompt)
         if too_large is not None:  # the bus would refuse it: the source would dead-letter it
             return Verdict(index, RowError(path, row, "prompt", too_large))
+        if record.verifier.payload_uri:
+            try:
+                self.store.verify(record.verifier.payload_uri)
+            except TaskStoreError as refused:
+                return Verdict(index, RowError(path, row, "verifier.payload_uri", str(refused)))
         try:
             response = gold_response(record)
         except NoGold as why:
@@ -121,10 +132,10 @@ class GoldChecker:
     def _scorer(self, family: str) -> Any:
         if not KINDS.get(family).sandbox:
             if self._plain is None:
-                self._plain = reward_scorer()
+                self._plain = reward_scorer(task_store=self.task_store)
             return self._plain
         if self._with_sandbox is None:
-            self._with_sandbox = reward_scorer(self.sandbox_address or self._start_sandbox())
+            self._with_sandbox = reward_scorer(self.sandbox_address or self._start_sandbox(), self.task_store)
         return self._with_sandbox
 
     def _start_sandbox(self) -> str:

@@ -20,6 +20,14 @@ from m1flow.runtime import health
 from m1flow.runtime.service import ready_file
 
 
+def open_log(path: Path):  # noqa: ANN201 - a binary file object
+    """A service's log for appending, readable by its owner only (0600, an older file narrowed too):
+    a log can hold what a service was sent, and in secure mode it sits beside the run's secrets."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 @dataclass
 class ServiceProcess:
     name: str
@@ -40,7 +48,7 @@ class ServiceProcess:
         ready_file(self.run_dir, self.name, self.replica).unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **self.env}
         self.launched_at = time.time()
-        with open(self.log_path, "ab") as log, deferred():  # a stop signal waits until the process is recorded
+        with open_log(self.log_path) as log, deferred():  # a stop signal waits until the process is recorded
             self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         return self

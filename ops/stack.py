@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from m1flow.bus.admin import ensure_topics
+from m1flow.checkpoint import LEARNER_CHECKPOINTS
 from ops import ROOT
 from ops.kafka import Broker
-from ops.acls import apply_acls
+from ops.acls import apply_acls, grpc_methods_json
 from ops.launcher import ServiceProcess, launch, stop_together
 from ops.services import NAMES, ON_DEMAND, service
 from m1flow.security import config as security
@@ -92,17 +93,22 @@ class Stack:
 
     def identity_env(self, name: str) -> dict[str, str]:
         """The environment that gives service `name` its own identity (nothing when not secure):
-        paths only, the keys stay in their 0600 files."""
+        paths only, the keys stay in their 0600 files; and the gRPC method table it enforces."""
         if not self.secure:
             return {}
         ident = CertificateAuthority(self.secrets).identity(name)
         signing, public = signing_key(self.secrets, "learner")
-        roots = [self.run_dir, *([self.model] if self.model is not None else [])]
         block = SecurityConfig(enabled=True, ca_file=ident.ca, cert_file=ident.cert, key_file=ident.key,
-                               checkpoint_roots=roots, policy_verify_key=public,
-                               policy_signing_key=signing if name == "learner" else None,
-                               grpc_allowed_peers=["reward"] if name == "sandbox" else [])
-        return {"M1FLOW_SECURITY": block.model_dump_json()}
+                               checkpoint_roots=self.checkpoint_roots(), policy_verify_key=public,
+                               policy_signing_key=signing if name == "learner" else None)
+        return {"M1FLOW_SECURITY": block.model_dump_json(), "M1FLOW_GRPC_METHODS": grpc_methods_json()}
+
+    def checkpoint_roots(self) -> list[Path]:
+        """Where an announced policy may lie: the folder the learner writes its checkpoints to, and
+        nothing else of the run dir (not `secrets/`, not the logs)."""
+        args = self.service_args.get("learner", [])
+        given = args[args.index("--checkpoint-dir") + 1] if "--checkpoint-dir" in args[:-1] else None
+        return [Path(given).resolve() if given else self.run_dir / LEARNER_CHECKPOINTS]
 
     @property
     def policy0(self) -> Path:

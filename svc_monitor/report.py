@@ -7,11 +7,13 @@ from collections.abc import Callable
 import grpc
 
 from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.runtime.bounds import Cap, enforce
 from svc_monitor.access import AccessToken, token_from_grpc
 from svc_monitor.controller import Controller
 from svc_monitor.store import Store
 
 DEFAULT_EVENTS = 20
+MAX_EVENTS = 1000  # the most alerts and decisions one Report returns; more is INVALID_ARGUMENT
 
 
 def evidence_proto(evidence: dict | None) -> events.Evidence:
@@ -82,4 +84,5 @@ class MonitorGrpc(rpc_grpc.MonitorServiceServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "Monitor.Report listens beyond loopback: send "
                           "'authorization: Bearer <token>' ($M1FLOW_ACCESS_TOKEN; the monitor's "
                           "access_token_file, or run_dir/access_token)")
+        enforce(context, [Cap("max_events", request.max_events, MAX_EVENTS, "MAX_EVENTS, svc_monitor/report.py")])
         return build_report(self.store, self.controller, self.dashboard_url(), request.max_events)

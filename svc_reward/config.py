@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from m1flow.runtime.config import ServiceConfig
+from m1flow.task_store import TaskStoreConfig
 from svc_reward.genrm.config import FLAT_KEYS, GenRMKindConfig
 from svc_sandbox.client import Limits
 
@@ -31,6 +32,12 @@ class CodeRewardConfig(BaseModel):
 
 
 
+class ScoreCaps(BaseModel):
+    """The most one Score call (over gRPC) may hand the scorers; more is INVALID_ARGUMENT."""
+    max_response_chars: int = Field(1 << 20, ge=1, description="characters of the response scored")
+    max_spec_chars: int = Field(1 << 20, ge=1, description="characters of the verifier's spec and gold together")
+
+
 class RewardConfig(ServiceConfig):
     """svc_reward: scores rollouts and completes groups (rewards, their parts, verdicts); no more."""
 
@@ -41,6 +48,10 @@ class RewardConfig(ServiceConfig):
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
     math: MathVerifyConfig = Field(default_factory=MathVerifyConfig, description="the math-verify worker pool")
     code: CodeRewardConfig = Field(default_factory=CodeRewardConfig, description="code tasks: scoring mode, limits")
+    score: ScoreCaps = Field(default_factory=ScoreCaps, description="caps of one Score call")
+    task_store: TaskStoreConfig = Field(default_factory=TaskStoreConfig,
+                                        description="where payload_uri may point (run_dir/tasks) and the "
+                                                    "largest payload read")
     genrm: GenRMKindConfig = Field(default_factory=GenRMKindConfig,
                                    description="GenRM: the judge (judge, openai, checkpoint, native, margin, ...), "
                                                "pairwise comparison and Swiss rounds, calibration")

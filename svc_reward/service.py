@@ -19,8 +19,10 @@ from m1flow.bus.clients import ClientError
 from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
+from m1flow.kinds import KINDS, kind_of
+from m1flow.runtime.bounds import Cap, enforce
 from m1flow.runtime.service import Service
-from svc_reward.config import RewardConfig
+from svc_reward.config import RewardConfig, ScoreCaps
 from svc_reward.groups import GroupBuffer, PendingGroup, score_group, verdict_fields
 from svc_reward.scorers import ScorerRegistry
 
@@ -122,11 +124,33 @@ class GroupHandler:
 
 
 class RewardGrpc(rpc_grpc.RewardServiceServicer):
-    def __init__(self, registry: ScorerRegistry) -> None:
+    """One answer scored by hand. Never a kind that runs programs: the sandbox would run the caller's
+    program as `reward`, the one principal the sandbox answers; only the pipeline (`rollouts`, whose
+    writers the ACLs name) has programs run."""
+
+    def __init__(self, registry: ScorerRegistry, caps: ScoreCaps | None = None) -> None:
         self.registry = registry
+        self.caps = caps or ScoreCaps()
 
     def Score(self, request: rpc.ScoreRequest, context: grpc.ServicerContext) -> rpc.ScoreReply:  # noqa: N802
+        refusal = runs_programs(request.verifier.kind)
+        if refusal:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+        verifier = request.verifier
+        enforce(context, [Cap("response", len(request.response), self.caps.max_response_chars,
+                              "score.max_response_chars"),
+                          Cap("verifier.spec_json", len(verifier.spec_json) + len(verifier.gold),
+                              self.caps.max_spec_chars, "score.max_spec_chars")])
         return rpc.ScoreReply(**verdict_fields(self.registry.score(request.response, request.verifier)))
+
+
+def runs_programs(kind: str) -> str:
+    """Why Score over gRPC refuses `kind` ('' when it does not): it runs in svc_sandbox."""
+    name = kind_of(kind)
+    if name in KINDS and KINDS.get(name).sandbox:
+        return (f"verifier kind {kind!r} runs programs in svc_sandbox: only the pipeline (`rollouts`) has them "
+                "scored, never a Score call")
+    return ""
 
 
 class RewardService(Service, name="reward", config=RewardConfig):
@@ -140,7 +164,7 @@ class RewardService(Service, name="reward", config=RewardConfig):
         self.registry = ScorerRegistry.from_config(config)
 
     def register(self, server: grpc.Server) -> list[str]:
-        rpc_grpc.add_RewardServiceServicer_to_server(RewardGrpc(self.registry), server)
+        rpc_grpc.add_RewardServiceServicer_to_server(RewardGrpc(self.registry, self.config.score), server)
         return ["m1flow.v1.RewardService"]
 
     def start(self) -> None:

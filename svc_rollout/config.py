@@ -1,11 +1,18 @@
 """Settings of the rollout service."""
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from m1flow.runtime.config import ServiceConfig
 from m1flow.engines import EngineName
 from m1flow.engines.vllm_engine import VllmSettings
+
+
+class GenerateCaps(BaseModel):
+    """The most one Generate call (sampling by hand, over gRPC) may ask for; more is INVALID_ARGUMENT."""
+    max_n: int = Field(64, ge=1, description="samples of one call")
+    max_new_tokens: int = Field(8192, ge=1, description="tokens per sample")
+    max_prompt_chars: int = Field(65536, ge=1, description="characters of the prompt")
 
 
 class RolloutConfig(ServiceConfig):
@@ -35,6 +42,7 @@ class RolloutConfig(ServiceConfig):
     policy_retry_s: float = Field(5.0, description="retry a policy that failed to load after this long")
     pinned_policy: str = Field("", description="replay: sample with this checkpoint URI only, not `policy`'s")
     pinned_policy_version: int = Field(0, ge=0, description="the version of pinned_policy (stamped on rollouts)")
+    generate: GenerateCaps = Field(default_factory=GenerateCaps, description="caps of one Generate call")
     torch_threads: int = 1
     vllm: VllmSettings = Field(default_factory=VllmSettings)
 

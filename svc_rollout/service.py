@@ -27,12 +27,13 @@ from m1flow.engines.base import GroupRequest, GroupResult
 from m1flow.engines.prompts import prompt_input
 from m1flow.policy_follower import PolicyFollower
 from m1flow.security.announcements import Guard
+from m1flow.runtime.bounds import Cap, enforce
 from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
 from svc_rollout import metrics
 from svc_rollout.backpressure import Backlog, Backpressure
 from svc_rollout.client import group_id_for
-from svc_rollout.config import RolloutConfig
+from svc_rollout.config import GenerateCaps, RolloutConfig
 from svc_rollout.rollouts import rollouts_for
 
 log = logging.getLogger(__name__)
@@ -61,17 +62,28 @@ class PromptHandler(HandlerBase):
 
 
 class RolloutGrpc(rpc_grpc.RolloutServiceServicer):
-    def __init__(self, service: "RolloutService") -> None:
+    """Sampling by hand: a call over its caps is refused before it reaches the engine."""
+
+    def __init__(self, service: "RolloutService", caps: GenerateCaps) -> None:
         self.service = service
+        self.caps = caps
 
     def Generate(self, request: rpc.GenerateRequest, context: grpc.ServicerContext):  # noqa: N802
         if not request.prompt:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "prompt: must not be empty")
+        enforce(context, generate_caps(request, self.caps))
         result = self.service.generate_now(request).result(timeout=context.time_remaining())
         for i, sample in enumerate(result.samples):
             yield rpc.GeneratedSample(index=i, text=self.service.engine.decode(sample.tokens),
                                       token_ids=sample.tokens, logprobs=sample.logprobs,
                                       finish_reason=sample.finish_reason, policy_version=result.version)
+
+
+def generate_caps(request: rpc.GenerateRequest, caps: GenerateCaps) -> list[Cap]:
+    """What a Generate call costs, against the service's caps (svc_rollout.config.GenerateCaps)."""
+    return [Cap("n", request.n, caps.max_n, "generate.max_n"),
+            Cap("max_new_tokens", request.max_new_tokens, caps.max_new_tokens, "generate.max_new_tokens"),
+            Cap("prompt", len(request.prompt), caps.max_prompt_chars, "generate.max_prompt_chars")]
 
 
 class RolloutService(Service, name="rollout", config=RolloutConfig):
@@ -94,7 +106,7 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         self.reporter = metrics.Reporter()
 
     def register(self, server: grpc.Server) -> list[str]:
-        rpc_grpc.add_RolloutServiceServicer_to_server(RolloutGrpc(self), server)
+        rpc_grpc.add_RolloutServiceServicer_to_server(RolloutGrpc(self, self.config.generate), server)
         return ["m1flow.v1.RolloutService"]
 
     def start(self) -> None:

@@ -68,6 +68,23 @@ def test_every_listed_service_has_a_principal_and_a_row_of_acls(tmp_path):
     assert not [(a, b) for a in NAMES for b in NAMES if a != b and b.startswith(a)]
 
 
+def test_every_grpc_method_has_one_row_of_callers_and_the_services_get_that_table():
+    """ops/acls.py's GRPC names every method of the proto's services and nothing else, under the service
+    of SERVICES that serves it; files/service.env (compose and the chart) carries exactly that table."""
+    from m1flow.contracts import rpc
+    from ops.acls import GRPC, OPERATOR, grpc_methods, grpc_methods_json, grpc_service
+
+    assert set(GRPC) == set(NAMES), f"no gRPC row for {sorted(set(NAMES) - set(GRPC))}"
+    proto = {f"/{svc.full_name}/{m.name}" for svc in rpc.DESCRIPTOR.services_by_name.values() for m in svc.methods}
+    assert set(grpc_methods()) == proto
+    services = {s.full_name for s in rpc.DESCRIPTOR.services_by_name.values()}
+    assert {n for n in NAMES if grpc_service(n) in services} == {n for n, methods in GRPC.items() if methods}
+    assert {tuple(who) for m, who in grpc_methods().items() if not m.startswith("/m1flow.v1.SandboxService/")} \
+        == {(OPERATOR,)}  # the operator's, nobody else's: no service calls another's method but the sandbox's
+    env = (ROOT / "deploy" / "helm" / "m1flow" / "files" / "service.env").read_text().splitlines()
+    assert f"M1FLOW_GRPC_METHODS={grpc_methods_json()}" in env, "python -m ops.acls --grpc gives the line"
+
+
 def test_info_is_empty_when_the_readiness_file_goes_between_two_looks(tmp_path, monkeypatch):
     """A stopping service removes its readiness file whenever it likes; reading it then is "not
     ready", never an error that ends `m1flow up` (the chaos run's SIGTERM once failed that way)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -23,6 +22,7 @@ from m1flow.bus import codec
 from m1flow.bus.backlog import Backlog
 from m1flow.bus.clients import TP, Client, ClientError, Consumer, Settings, consumer
 from m1flow.bus.dedupe import SeenIds
+from m1flow.bus.letters import reason
 from m1flow.bus.liveness import Health, Liveness, LivenessConfig
 from m1flow.bus.offsets import OffsetTracker
 from m1flow.bus.producer import Producer
@@ -323,10 +323,10 @@ class Dispatch:
             self.handler.handle(message, record, self.ctx)
             self.stats["handled"] += 1
         except getattr(self.handler, "dead_letter_errors", Exception) as exc:  # bad message: park it, go on
-            log.warning("handler failed on %s: %s", record.position, exc)
+            log.warning("handler failed on %s: %s", record.position, exc, exc_info=True)  # the detail: here
             self.seen.forget(seen_key)  # a bad copy (say, a truncated one) must not hide a good one
             self.ctx.drop_hold(record)
-            self.dead_letter(record, f"processing failed: {exc!r}\n{traceback.format_exc(limit=3)}")
+            self.dead_letter(record, f"processing failed: {exc!r}")
             return
         if not self.ctx.holds(record):
             self.tracker.done(record.topic, record.partition, record.offset)
@@ -369,7 +369,7 @@ def letter_for(record: Record, error: str, service: str, group_id: str) -> event
     return events.DeadLetter(
         header=codec.header(service, message_id=f"dlq:{group_id}:{record.position}"), source_topic=record.topic,
         partition=record.partition, offset=record.offset, key=record.key or b"", value=record.value or b"",
-        error=error[:4000], service=service, consumer_group=group_id)
+        error=reason(error), service=service, consumer_group=group_id)
 
 
 def _leave_static(bootstrap: str, group_id: str, instance_id: str) -> None:

@@ -40,6 +40,10 @@ class ServiceConfig(BaseModel):
     grpc_host: str = Field("127.0.0.1", description="address gRPC binds (0.0.0.0 in containers)")
     grpc_port: int = Field(0, description="gRPC port; 0 picks a free one")
     grpc_workers: int = Field(4, description="threads serving gRPC calls (the sandbox's concurrent runs)")
+    grpc_methods: dict[str, list[str]] = Field(
+        default_factory=dict, description="who may call each gRPC method in secure mode: full method name -> "
+        "principals (ops/acls.py's GRPC; M1FLOW_GRPC_METHODS in files/service.env); a method without a row answers "
+        "no one")
     metrics_host: str = Field("127.0.0.1", description="address /metrics binds")
     metrics_port: int = Field(0, description="Prometheus /metrics port; 0 picks a free one; -1 disables")
     output_suffix: str = Field("", description="write outputs to '<topic>.<suffix>' (replays, debugging)")

@@ -1,6 +1,7 @@
 """gRPC server with the standard grpc.health.v1 service, and Prometheus /metrics."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent import futures
 
 import grpc
@@ -9,15 +10,16 @@ from prometheus_client import REGISTRY, start_http_server
 
 from m1flow.runtime.ports import free_port
 from m1flow.security.config import SecurityConfig, current
-from m1flow.security.grpc_tls import AllowedPeers, add_port, channel
+from m1flow.security.grpc_tls import MethodAccess, add_port, channel
 
 
-def grpc_server(host: str, port: int, workers: int = 4, security: SecurityConfig | None = None
-                ) -> tuple[grpc.Server, int, health.HealthServicer]:
+def grpc_server(host: str, port: int, workers: int = 4, security: SecurityConfig | None = None,
+                methods: Mapping[str, Sequence[str]] | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started-later gRPC server bound to host:port (port 0: a free one) with health NOT_SERVING;
-    mutual TLS when security is on, its own methods only for `security.grpc_allowed_peers` if named."""
+    mutual TLS when security is on, and then each method only for the principals its row of
+    `methods` names (none: no method answers anyone; health answers every principal of the CA)."""
     block = current(security)
-    interceptors = [AllowedPeers(tuple(block.grpc_allowed_peers))] if block.grpc_mtls and block.grpc_allowed_peers else []
+    interceptors = [MethodAccess(methods or {}, block.grpc_allowed_peers)] if block.grpc_mtls else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors,
                          options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                                   ("grpc.max_send_message_length", 64 * 1024 * 1024)])

@@ -94,7 +94,7 @@ def main(cls: type[Service], argv: list[str] | None = None) -> None:
     if cls.uses_kafka and not config.security.enabled:  # secure: topics are the operator's (no CREATE right)
         ensure_topics(config.bootstrap, suffix=config.output_suffix, layout=config.topics)
     server, grpc_port, health_servicer = health.grpc_server(config.grpc_host, config.grpc_port,
-                                                            config.grpc_workers, config.security)
+                                                            config.grpc_workers, config.security, config.grpc_methods)
     names = service.register(server)
     service.on_health = lambda verdict: health.set_serving(health_servicer, names, verdict.healthy)
     server.start()

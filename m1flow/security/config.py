@@ -27,8 +27,9 @@ class SecurityConfig(BaseModel):
     ca_file: Path | None = Field(None, description="PEM of the CA every peer's certificate must chain to")
     cert_file: Path | None = Field(None, description="this process's certificate (PEM)")
     key_file: Path | None = Field(None, description="this process's private key (PEM, PKCS#8, mode 0600)")
-    grpc_allowed_peers: list[str] = Field(default_factory=list, description="principals (certificate CNs) "
-                                          "that may call this service's gRPC methods; empty: any from the CA")
+    grpc_allowed_peers: list[str] = Field(default_factory=list, description="narrows every gRPC method to these "
+                                          "principals too (older than the method table, ServiceConfig.grpc_methods, "
+                                          "which says who may call what; this never widens a row)")
     grpc_tls: bool = Field(True, description="mutual TLS on gRPC too (off: plaintext gRPC, where only "
                            "NetworkPolicies guard it)")
     grpc_ca_file: Path | None = Field(None, description="the CA gRPC peers chain to, when it is not Kafka's "

@@ -1,6 +1,8 @@
 """gRPC with mutual TLS from the same identities as Kafka: servers require a client certificate
-from the run's CA, and a service may further name the peers (certificate CNs) allowed to call its
-own methods (the sandbox: only `reward`).
+from the run's CA, and each method answers only the principals (certificate CNs) its row of the
+method table names (`ServiceConfig.grpc_methods`, ops/acls.py's GRPC: the sandbox only `reward`,
+the others only the operator), enforced here by one interceptor, MethodAccess. A method without a
+row answers no one: a table that was not handed over fails closed.
 
 Health checks stay on the same port and need a valid certificate too (any principal of the CA):
 the probe presents one (`m1flow up` uses the admin identity; in Kubernetes an exec probe with
@@ -10,7 +12,7 @@ loopback, so it would not spare the chart the certificate either.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -49,12 +51,15 @@ def peer_name(context: grpc.ServicerContext) -> str:
     return names[0].decode()
 
 
-class AllowedPeers(grpc.ServerInterceptor):
-    """Only the named principals may call the service's methods; health is open to any peer the
-    TLS handshake admitted."""
+class MethodAccess(grpc.ServerInterceptor):
+    """The one authorization of a secure gRPC server: each method answers only the principals its
+    row of `table` (full method name -> principals) names; health answers any peer the TLS handshake
+    admitted (probes present the container's own certificate). `only`, when given (the older
+    `security.grpc_allowed_peers`), narrows every row further; it never widens one."""
 
-    def __init__(self, allowed: tuple[str, ...]) -> None:
-        self.allowed = frozenset(allowed)
+    def __init__(self, table: Mapping[str, Sequence[str]], only: Sequence[str] = ()) -> None:
+        narrow = frozenset(only)
+        self.table = {method: frozenset(p for p in who if not narrow or p in narrow) for method, who in table.items()}
 
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -63,11 +68,15 @@ class AllowedPeers(grpc.ServerInterceptor):
         return _guarded(handler, self._check(details.method))
 
     def _check(self, method: str) -> Callable[[grpc.ServicerContext], None]:
+        allowed = self.table.get(method)
+
         def check(context: grpc.ServicerContext) -> None:
             who = peer_name(context)
-            if who not in self.allowed:
+            if allowed is None:
                 context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                              f"principal {who or '(none)'!r} may not call {method}")
+                              f"{method} has no row in the gRPC method table (grpc_methods): no principal may call it")
+            if who not in allowed:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"principal {who or '(none)'!r} may not call {method}")
         return check
 
 

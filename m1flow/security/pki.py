@@ -31,6 +31,15 @@ class Identity:
     bundle: Path  # key + certificate in one PEM file (the Java broker's PEM keystore)
 
 
+def private_folder(path: str | Path) -> Path:
+    """`path` as a folder only its owner may list or enter (0700), made so or narrowed to it (a
+    folder an older run made at the umask's 0755 included): the run's secrets live in it."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
 def write_private(path: Path, data: bytes) -> None:
     """Write key material 0600 from the start: a new file (an old one is removed first, so a file of a
     looser mode is never reused, and there is no moment at the umask's mode)."""
@@ -56,7 +65,7 @@ class CertificateAuthority:
     across restarts of the same run)."""
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder).resolve()
+        self.folder = private_folder(Path(folder).resolve())
         self.cert_path = self.folder / "ca.pem"
         self.key_path = self.folder / "ca.key"
         if not self.cert_path.exists():
@@ -114,7 +123,7 @@ def signing_key(folder: str | Path, name: str) -> tuple[Path, Path]:
     on first call. The learner signs policy announcements with it; replicas hold only the public half."""
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
-    folder = Path(folder).resolve()
+    folder = private_folder(Path(folder).resolve())
     private, public = folder / f"{name}.sign.key", folder / f"{name}.sign.pub"
     if not (private.exists() and public.exists()):
         key = ed25519.Ed25519PrivateKey.generate()

@@ -39,6 +39,14 @@ def jar_dir() -> Path:
     return Path(out.stdout.strip())
 
 
+def _open_out(path: Path, private: bool):  # noqa: ANN201 - a binary file object
+    """The node's stdout file for appending; 0600 when `private` (an older file narrowed too)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600 if private else 0o644)
+    if private:
+        os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 class Broker:
     """One KRaft node under `run_dir`; `start()` is idempotent and `stop()` always leaves it dead."""
 
@@ -157,15 +165,21 @@ class Broker:
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.yaml'}",
                 f"-Dkafka.logs.dir={self.run_dir / 'logs'}", "-cp", classpath]
+        private = self.secrets is not None
+        if private:  # a node made before this rule: its logs narrowed to the owner as well
+            for path in (self.run_dir / "logs").glob("*"):
+                path.chmod(0o600 if path.is_file() else 0o700)
         fmt = subprocess.run(self._tethered(java + ["kafka.tools.StorageTool", "format", "-t", state.cluster_id,
                                                     "-c", str(props), "--ignore-formatted"]),
-                             capture_output=True, text=True, env=self._env())
+                             capture_output=True, text=True, env=self._env(), umask=0o077 if private else -1)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting the log dir failed: {fmt.stdout}{fmt.stderr}")
-        with open(self.run_dir / "broker.out", "ab") as out, deferred():  # started is recorded
+        # secure: the node's logs and data are its owner's only (0600 files, 0700 folders)
+        with _open_out(self.run_dir / "broker.out", private) as out, deferred():  # started is recorded
             self._child = subprocess.Popen(self._tethered(java + ["kafka.Kafka", str(props)]), stdout=out,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True, env=self._env())
+                                           start_new_session=True, env=self._env(),
+                                           umask=0o077 if private else -1)
             state.pid = self._child.pid
             state.started_at = psutil.Process(self._child.pid).create_time()
             self._save(state)

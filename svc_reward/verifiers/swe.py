@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from m1flow.chat import after_reasoning
 from m1flow.contracts import events
-from m1flow.task_store import read_payload
+from m1flow.task_store import TaskStore, TaskStoreError
 from svc_reward.kinds import SCORERS, KindContext
 from svc_reward.result import ScoreResult, Status
 from svc_sandbox.client import DEFAULT_TEST_COMMAND, InvalidRequest, Limits, RunTestsRequest, TestsRunner
@@ -122,15 +122,19 @@ class SweKind:
     "test_command": "...", "limits": {...}}; all but fail_to_pass optional.
     """
 
-    def __init__(self, runner: TestsRunner) -> None:
+    def __init__(self, runner: TestsRunner, store: TaskStore) -> None:
         self.verifier = SweVerifier(runner)
+        self.store = store
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
         data = json.loads(spec.spec_json)
-        repo_tar = read_payload(spec.payload_uri) if spec.payload_uri else base64.b64decode(data["repo_tar"])
+        try:  # only a regular file of the task store, capped, its SHA-256 checked as it is read
+            repo_tar = self.store.read(spec.payload_uri) if spec.payload_uri else base64.b64decode(data["repo_tar"])
+        except TaskStoreError as refused:  # the task is broken (or hostile), not the patch
+            return ScoreResult.failed(Status.JUDGE_ERROR, f"refused: {refused}")
         return self.verifier.verify(response, SweTask.model_validate({**data, "repo_tar": repo_tar}))
 
 
 @SCORERS.register("swe")
 def swe_kind(ctx: KindContext) -> SweKind:
-    return SweKind(ctx.sandbox().run_tests)
+    return SweKind(ctx.sandbox().run_tests, ctx.config.task_store.store(ctx.config.run_dir))

@@ -216,3 +216,47 @@ def test_health_turns_serving_on_assignment_and_unhealthy_when_a_step_never_retu
             handler.release.set()
         stepping.join(30)
         worker.close()
+
+
+class Failing(HandlerBase):
+    """A handler that fails as library code does: an exception naming a host path."""
+    topics = (CONTROL,)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def handle(self, message, record, ctx):  # noqa: ANN001
+        raise ValueError(f"cannot parse {self.path}: {message.reason}")
+
+
+def test_a_dead_letter_says_why_in_one_line_without_the_traceback_or_host_folders(bootstrap, tmp_path, caplog):
+    """`dlq` is read by the monitor and operators and a record can be an attacker's: the reason there
+    is the exception's type and message with only a file's name; the traceback and the whole path stay
+    in the service's log."""
+    import logging
+    import uuid
+
+    from m1flow.bus.admin import ensure_topics
+    from m1flow.bus.topics import DLQ
+    from ops.topics_io import read_range
+
+    suffix = f"why{uuid.uuid4().hex[:6]}"
+    topic = fresh_topic(bootstrap, f"control.{suffix}", partitions=1)
+    ensure_topics(bootstrap, (DLQ,), suffix=suffix)
+    Producer(bootstrap, "t-dlq").send(topic, "k", events.Control(header=codec.header("t", message_id="m"),
+                                                                 reason="bad input"))
+    handler = Failing(str(tmp_path / "secret" / "rows.json"))
+    handler.topics = (topic,)
+    worker = StreamWorker(bootstrap, f"test-dlq-{suffix}", handler, "test", output_suffix=suffix)
+    try:
+        with caplog.at_level(logging.WARNING, logger="m1flow.bus.worker"):
+            deadline = time.monotonic() + 30
+            while worker.stats["dead_lettered"] < 1 and time.monotonic() < deadline:
+                worker.step()
+            worker.flush_and_commit()
+    finally:
+        worker.close()
+    [letter] = [r["value"] for r in read_range(bootstrap, f"dlq.{suffix}")]
+    assert letter["error"] == "processing failed: ValueError('cannot parse rows.json: bad input')", letter["error"]
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert str(tmp_path / "secret" / "rows.json") in logged and "Traceback" in caplog.text  # the detail: the log's

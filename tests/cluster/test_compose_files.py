@@ -136,7 +136,12 @@ def test_secure_override_gives_each_container_only_its_own_identity(docker_engin
         assert container["healthcheck"]["test"][1:4] == ["python", "-m", "m1flow.runtime.probe"]
     blocks = {s.name: json.loads(got[s.container]["environment"]["M1FLOW_SECURITY"]) for s in LISTED}
     assert all(b["enabled"] and b["key_file"] == f"{MOUNT}/key.pem" for b in blocks.values())
-    assert blocks["sandbox"]["grpc_allowed_peers"] == ["reward"]
+    # who may call what over gRPC: the one table of ops/acls.py, every container (files/service.env)
+    from ops.acls import grpc_methods
+
+    assert all(json.loads(got[s.container]["environment"]["M1FLOW_GRPC_METHODS"]) == grpc_methods() for s in LISTED)
+    assert grpc_methods()["/m1flow.v1.SandboxService/Execute"] == ["reward"]
+    assert blocks["rollout"]["checkpoint_roots"] == ["/data/run/learner/checkpoints"]  # not the whole run volume
     assert blocks["learner"]["policy_signing_key"] == f"{MOUNT}/sign.key"
     assert blocks["rollout"]["policy_verify_key"] == f"{MOUNT}/sign.pub"
     assert all("policy_signing_key" not in b for name, b in blocks.items() if name != "learner")

@@ -17,7 +17,7 @@ import pytest
 from m1flow.data import DatasetConfig, open_source
 from ops.data_cli import cmd_validate
 from ops.data_validate import GoldChecker, check_rows
-from m1flow.task_store import TaskStore
+from m1flow.task_store import TaskStore, TaskStoreConfig
 from tests.data.rows import BAD_FIELD, FORMATS, MALFORMED_FIELD, bad_rows, good_rows, row, swe_row, unreadable, write
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -30,7 +30,7 @@ def validate(capsys, *files: Path | str, **flags) -> tuple[int, list[str], str]:
     args = argparse.Namespace(files=[Path(f) for f in files], format=flags.get("format"), importer="auto",
                               kinds=flags.get("kinds", "{}"), sandbox=flags.get("sandbox", ""),
                               limit=flags.get("limit"), jobs=2, split=flags.get("split"),
-                              progress_every=flags.get("progress_every", 10.0))
+                              progress_every=flags.get("progress_every", 10.0), task_store=flags.get("task_store"))
     code = cmd_validate(args)
     out, err = capsys.readouterr()
     return code, out.splitlines(), err
@@ -63,7 +63,7 @@ def test_a_good_file_of_each_format_with_a_row_of_every_kind_is_good(capsys, tmp
     """arith, math (boxed; DAPO as a chat conversation), logic, code (stdin/stdout and HumanEval),
     swe (a snapshot by task-store reference, its patch run in the sandbox), rg, genrm."""
     path = write(tmp_path, fmt, good_rows(tmp_path, TaskStore(tmp_path / "tasks")))
-    code, out, _ = validate(capsys, path, sandbox=sandbox)
+    code, out, _ = validate(capsys, path, sandbox=sandbox, task_store=tmp_path / "tasks")
     assert (code, out[0]) == (0, GOOD_SUMMARY), out
     assert out[1:] == GOOD_BY_SOURCE, out
 
@@ -99,10 +99,56 @@ def test_an_swe_row_whose_patch_does_not_fix_the_bug_is_bad(capsys, tmp_path, sa
     good = swe_row(tmp_path, TaskStore(tmp_path / "tasks"))
     wrong = {**good, "id": "no-fix", "verifier": {**good["verifier"], "gold": good["verifier"]["gold"].replace(
         "+    return a + b", "+    return a * b")}}
-    code, out, _ = validate(capsys, write(tmp_path, "jsonl", [good, wrong]), sandbox=sandbox)
+    code, out, _ = validate(capsys, write(tmp_path, "jsonl", [good, wrong]), sandbox=sandbox,
+                            task_store=tmp_path / "tasks")
     assert code == 1 and len(out) == 2, out
     assert ":1: verifier.gold: the gold scores 0, not 1 (OK: NO: FAIL_TO_PASS 0/1" in out[0], out[0]
     assert out[1].startswith("validate: 2 rows in 1 file(s): 1 good, 1 bad")
+
+
+def test_a_payload_uri_that_is_not_an_intact_file_of_the_task_store_is_refused_with_the_reason(capsys, tmp_path):
+    """A row names its payload; validate reads it as the reward service will (m1flow.task_store): a
+    FIFO, /dev/zero, a file outside the store, one over the size cap, one whose bytes are not its
+    name, a symlink out of the store: each row is bad at verifier.payload_uri with the reason, at once
+    (no sandbox starts: nothing is scored), and the good row beside them passes."""
+    import hashlib
+    import time
+
+    store = TaskStore(tmp_path / "tasks")
+    good = store.put(b"snapshot")
+    fifo = store.root / hashlib.sha256(b"fifo").hexdigest()
+    os.mkfifo(fifo)
+    outside = tmp_path / hashlib.sha256(b"outside").hexdigest()
+    outside.write_bytes(b"outside")
+    big = store.root / hashlib.sha256(b"x" * 2048).hexdigest()
+    big.write_bytes(b"x" * 2048)
+    wrong = store.root / hashlib.sha256(b"right").hexdigest()
+    wrong.write_bytes(b"wrong")
+    link = store.root / hashlib.sha256(b"link").hexdigest()
+    link.symlink_to("/etc/hostname")
+    cases = [(fifo.as_uri(), "is not a regular file (a FIFO)"), ("file:///dev/zero", "its name is not a SHA-256"),
+             (outside.as_uri(), "outside the task store"), (big.as_uri(), "2048 bytes, over the cap of 1024"),
+             (wrong.as_uri(), "does not match its SHA-256 name"), (link.as_uri(), "a symlink"),
+             ("s3://bucket/" + "0" * 64, "unsupported URI scheme 's3'")]
+    spec = {"fail_to_pass": ["test_a"]}
+    rows = [row("repo", f"bad{i}", "Fix it.", "swe", "", spec, payload_uri=uri) for i, (uri, _) in enumerate(cases)]
+    rows.append(row("repo", "ok", "1+1=", "arith", "2", payload_uri=good))  # an intact payload passes
+    path = write(tmp_path, "jsonl", rows)
+    started = time.monotonic()
+    checker = GoldChecker(task_store=TaskStoreConfig(root=store.root, max_payload_bytes=1024))
+    try:
+        verdicts = list(check_rows(checker, str(path), open_source(DatasetConfig(path=str(path))).records()))
+    finally:
+        checker.close()
+    assert time.monotonic() - started < 30  # the FIFO did not block a check
+    errors = [str(v.error) if v.error else "" for v in verdicts]
+    assert errors[-1] == "" and len(errors) == len(cases) + 1, errors
+    for i, (uri, reason) in enumerate(cases):
+        assert errors[i].startswith(f"{path}:{i}: verifier.payload_uri: "), errors[i]
+        assert reason in errors[i], errors[i]
+    code, out, _ = validate(capsys, path, task_store=store.root)  # the CLI: the default cap, so the big file passes
+    assert code == 1 and out[-1].startswith(f"validate: {len(rows)} rows in 1 file(s): 1 good, {len(cases) - 1} bad, "
+                                            "1 schema-checked only"), out
 
 
 def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):

@@ -39,7 +39,7 @@ def inline_spec(repo_dir) -> events.VerifierSpec:
 
 @pytest.mark.parametrize("stored", [True, False], ids=["task-store", "inline"])
 def test_fixing_patch_earns_one_and_a_non_applying_patch_zero(sandbox, repo, tmp_path, stored):  # noqa: F811
-    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address))
+    registry = ScorerRegistry(RewardConfig(sandbox_address=sandbox.grpc_address, run_dir=tmp_path))  # its task store
     if stored:  # the snapshot crosses Kafka as a URI; the scorer reads and verifies the bytes
         spec = swe_verifier_spec(TaskStore.in_run_dir(tmp_path), snapshot_tar(repo), F2P, P2P, limits=LIMITS.model_dump())
         assert spec.payload_uri.startswith("file://") and "repo_tar" not in spec.spec_json

@@ -395,7 +395,7 @@ def test_the_charts_grpc_certificates_work_with_the_code(helm, tmp_path):
         files = {"ca_file": folder / "ca.crt", "cert_file": folder / "tls.crt", "key_file": folder / "tls.key"}
         return SecurityConfig(enabled=True, **files, **{f"grpc_{k}": v for k, v in files.items()}, **extra)
 
-    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, mounted("sandbox", grpc_allowed_peers=["reward"]))
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, mounted("sandbox"), {"/test.Echo/Who": ["reward"]})
     server.add_generic_rpc_handlers((Echo(),))
     health.set_serving(servicer, [], True)
     server.start()
@@ -414,6 +414,53 @@ def test_the_charts_grpc_certificates_work_with_the_code(helm, tmp_path):
         assert health.check(f"localhost:{port}", timeout=10, security=mounted("sandbox")) == "SERVING"  # its probe
     finally:
         server.stop(0)
+
+
+def test_the_grpc_method_table_renders_as_the_codes_and_every_pod_enforces_it(helm, tmp_path):
+    """Who may call each gRPC method is ops/acls.py's GRPC, shown in the rendered service-env ConfigMap
+    (M1FLOW_GRPC_METHODS) that every pod takes; served with the chart's own certificates, every method
+    answers exactly its row's identities (the base servicers answer UNIMPLEMENTED once let through)."""
+    import grpc
+
+    from m1flow.contracts import rpc
+    from m1flow.runtime import health
+    from m1flow.security.config import SecurityConfig
+    from ops.acls import grpc_methods
+    from tests.security.test_grpc_methods import SERVICERS, call
+
+    docs = objects(helm, {"security.enabled": True, "eval.sets": HELDOUT,
+                          "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]})
+    table = json.loads(by_kind(docs, "ConfigMap")["m1flow-service-env"]["data"]["M1FLOW_GRPC_METHODS"])
+    assert table == grpc_methods()
+    (jobset,) = by_kind(docs, "JobSet").values()
+    specs = {**{n: pod_spec(w) for n, w in workloads(docs).items()}, "learner": jobset_pods(jobset)["leader"]["spec"]}
+    assert set(specs) == {s.name for s in SERVICES}
+    for name, spec in specs.items():
+        assert {"configMapRef": {"name": "m1flow-service-env"}} in container(spec)["envFrom"], name
+    secrets = by_kind(docs, "Secret")
+
+    def mounted(name: str) -> SecurityConfig:
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        for key, value in secrets[f"m1flow-grpc-{name}"]["data"].items():
+            (folder / key).write_bytes(base64.b64decode(value))
+        return SecurityConfig(enabled=True, ca_file=folder / "ca.crt", cert_file=folder / "tls.crt",
+                              key_file=folder / "tls.key")
+
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, mounted("reward"), table)
+    for cls, add in SERVICERS.values():
+        add(cls(), server)
+    health.set_serving(servicer, [], True)
+    server.start()
+    streaming = {f"/{s.full_name}/{m.name}" for s in rpc.DESCRIPTOR.services_by_name.values() for m in s.methods
+                 if m.server_streaming}
+    try:
+        got = {(method, name): call(f"localhost:{port}", mounted(name), method, streaming=method in streaming)
+               for method in table for name in GRPC_IDENTITIES}
+    finally:
+        server.stop(0)
+    assert got == {(m, n): grpc.StatusCode.UNIMPLEMENTED if n in table[m] else grpc.StatusCode.PERMISSION_DENIED
+                   for m in table for n in GRPC_IDENTITIES}
 
 
 def test_network_policies_let_only_reward_reach_the_sandbox(helm, default):

@@ -1,6 +1,7 @@
 """gRPC mutual TLS over real sockets: a server refuses a client without a certificate (or with one
-from another CA), health answers any principal of the run's CA, and a service that names its
-allowed peers (the sandbox: `reward`) refuses every other principal with PERMISSION_DENIED."""
+from another CA), health answers any principal of the run's CA, and a method answers only the
+principals its row of the method table names (here, as the sandbox's: `reward`), every other with
+PERMISSION_DENIED; a method without a row answers no one."""
 from __future__ import annotations
 
 import grpc
@@ -18,6 +19,9 @@ def block(folder, name: str, **extra) -> SecurityConfig:
     return SecurityConfig(enabled=True, ca_file=ident.ca, cert_file=ident.cert, key_file=ident.key, **extra)
 
 
+WHO = {"/test.Echo/Who": ["reward"]}  # the method table of these servers: as the sandbox's rows
+
+
 class Echo(grpc.GenericRpcHandler):
     """A real method on the server beside health: returns the caller's principal."""
 
@@ -30,7 +34,7 @@ class Echo(grpc.GenericRpcHandler):
 
 @pytest.fixture
 def sandbox_like(tmp_path):
-    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, block(tmp_path, "sandbox", grpc_allowed_peers=["reward"]))
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, block(tmp_path, "sandbox"), WHO)
     server.add_generic_rpc_handlers((Echo(),))
     health.set_serving(servicer, [], True)
     server.start()
@@ -70,6 +74,30 @@ def test_health_answers_any_principal_and_the_methods_only_the_reward_service(sa
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
+def test_a_method_without_a_row_answers_no_one_and_allowed_peers_only_narrow(tmp_path) -> None:
+    """Fail closed: a server handed no table answers no principal on its methods (health still
+    answers); the older `grpc_allowed_peers` can narrow a row, never widen one."""
+    for table, only, admitted in (({}, [], set()), (WHO, ["rollout"], set()), (WHO, ["reward", "admin"], {"reward"})):
+        server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, block(tmp_path, "sandbox",
+                                                                             grpc_allowed_peers=only), table)
+        server.add_generic_rpc_handlers((Echo(),))
+        health.set_serving(servicer, [], True)
+        server.start()
+        try:
+            address = f"127.0.0.1:{port}"
+            assert health.check(address, security=block(tmp_path, "rollout")) == "SERVING"
+            for name in ("reward", "admin", "rollout"):
+                if name in admitted:
+                    assert who(address, block(tmp_path, name)) == name.encode()
+                    continue
+                with pytest.raises(grpc.RpcError) as err:
+                    who(address, block(tmp_path, name))
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert ("no row" in err.value.details()) == (not table)
+        finally:
+            server.stop(0)
+
+
 def grpc_block(kafka_folder, grpc_folder, name: str, **extra) -> SecurityConfig:
     """A process whose Kafka identity and gRPC identity come from two CAs (the chart: Strimzi's, its own)."""
     ident = CertificateAuthority(grpc_folder).identity(name)
@@ -79,8 +107,8 @@ def grpc_block(kafka_folder, grpc_folder, name: str, **extra) -> SecurityConfig:
 
 def test_a_grpc_identity_from_its_own_ca_serves_grpc_and_the_kafka_one_does_not(tmp_path) -> None:
     kafka_ca, grpc_ca = tmp_path / "kafka", tmp_path / "grpc"
-    server_block = grpc_block(kafka_ca, grpc_ca, "sandbox", grpc_allowed_peers=["reward"])
-    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, server_block)
+    server_block = grpc_block(kafka_ca, grpc_ca, "sandbox")
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, server_block, WHO)
     server.add_generic_rpc_handlers((Echo(),))
     health.set_serving(servicer, [], True)
     server.start()
@@ -110,8 +138,8 @@ def test_the_probe_presents_the_services_own_identity_from_its_environment(tmp_p
 
     from ops import ROOT
 
-    own = grpc_block(tmp_path / "kafka", tmp_path / "grpc", "sandbox", grpc_allowed_peers=["reward"])
-    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, own)
+    own = grpc_block(tmp_path / "kafka", tmp_path / "grpc", "sandbox")
+    server, port, servicer = health.grpc_server("127.0.0.1", 0, 2, own, WHO)
     health.set_serving(servicer, ["m1flow.v1.SandboxService"], True)
     server.start()
 
