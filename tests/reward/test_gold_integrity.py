@@ -95,7 +95,26 @@ def test_words_and_their_anagram_are_different_answers(scorer, kind):
           gaming=["ADDEEEFHIMNNOOORRSSTY", "INDEED ANY OF MARS FROM THOSE", "THOSE FROM MARS"])
 
 
-def test_reasoning_gym_exports_under_the_text_kind_score_as_reasoning_gym_does(scorer):
+def test_reasoning_gym_exports_under_the_text_kind_accept_nothing_reasoning_gym_refuses(scorer):
+    """reasoning-gym's own score_answer is the oracle: what it does not give 1.0 scores 0 here
+    (case_sensitive, as its ciphers are). The other way round, `text` is stricter in one place: a
+    factorisation with its factors in another order (reasoning-gym: 1.0, text: 0)."""
+    pytest.importorskip("reasoning_gym")
+    from m1flow.tasks import rg
+    for item in RG.values():
+        gold = item["answer"]
+        candidates = [gold, gold.lower(), gold.upper(), " ".join(reversed(gold.split())), "".join(sorted(gold)),
+                      ", ".join(reversed(gold.split(", "))), "0", "1", gold.replace(" ", "")]
+        row = rg_row(item, kind="text")
+        row["verifier"]["spec"]["case_sensitive"] = True
+        ours = scores(scorer, row, candidates)
+        entry = rg.entry(item["task"], {}, item["seed"], item["index"])
+        theirs = [rg.score_answer(item["task"], {}, item["seed"], entry, a) for a in candidates]
+        assert ours[0] == 1.0 and theirs[0] == 1.0, item
+        assert all(t == 1.0 for o, t in zip(ours, theirs) if o == 1.0), (item["task"], candidates, ours, theirs)
+
+
+def test_reasoning_gym_exports_under_the_text_kind_refuse_the_issues_wrong_forms(scorer):
     check(scorer, rg_row(RG["prime_factorization", 1], kind="text"),  # '2 × 2 × 5 × 7 × 7' (980)
           honest=["2 × 2 × 5 × 7 × 7", "2×2×5×7×7"], gaming=["980", "333", "2 × 2 × 5 × 7", "4 × 5 × 49"])
     check(scorer, rg_row(RG["fraction_simplification", 0], kind="text"),  # '138/583' (lowest terms asked)
