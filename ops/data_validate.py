@@ -3,10 +3,13 @@
 The path: record -> Prompt (to_prompt) -> framed bytes (m1flow.bus.codec, as on Kafka) -> a Rollout
 whose response is the gold written as a policy would (m1flow.kinds.gold_response) -> framed bytes ->
 svc_reward's scorer in this process. A row whose gold does not score full reward is bad: its
-prompt, its gold or its verifier disagree, and training on it would teach noise. Before that, each
-row is screened in file order (`RowScreen`): an id that another row already has (two prompts with
-one prompt id, within one file or directory) and a gold that is a missing value written as text
-(`None`, `nan`) are bad. A row whose encoded Prompt is over the bus's record limit is bad too
+prompt, its gold or its verifier disagree, and training on it would teach noise. So is a row whose
+verifier can be gamed: every other accepted answer must score too, and the wrong answers
+m1flow.kinds.probe makes from the gold (0, 1, empty, the gold's words or letters reordered, its
+numbers swapped or moved by one, ...) must not; the error names the one that scores. Before the gold
+is scored, each row is screened in file order (`RowScreen`): an id that another row already has (two
+prompts with one prompt id, within one file or directory) and a gold that is a missing value written
+as text (`None`, `nan`) are bad. A row whose encoded Prompt is over the bus's record limit is bad too
 (m1flow.source.prompt_oversize): the broker would refuse it and the source dead-letter it. Code and SWE rows
 need svc_sandbox: one local sandbox process is started on the first such row (or `--sandbox ADDR`
 is used), tethered to this process (ops.tethered) so that no exit leaves it running. Nothing is published.
@@ -28,6 +31,8 @@ from m1flow.contracts import events
 from m1flow.data.record import RowError, TaskRecord
 from m1flow.kinds import KINDS, NoGold, gold_response
 from m1flow.source import prompt_oversize
+from m1flow.kinds.base import accepted
+from m1flow.kinds.probe import probe_response, probes
 from m1flow.status import Status
 from m1flow.task_store import TaskStoreConfig, TaskStoreError
 
@@ -41,6 +46,15 @@ def reward_scorer(sandbox_address: str = "", task_store: TaskStoreConfig | None 
 
 Locate = Callable[[int], tuple[str, int]]  # a source's row -> (its file, its row there): Table.locate
 MISSING_GOLDS = frozenset({"none", "nan", "null", "<na>"})  # how Python, pandas and JSON write "no value"
+
+
+HINTS = {"math": "; the math kind compares values: where the answer's form matters (words, a factorisation, "
+                 "a reduced fraction, an order), use kind text"}
+
+
+def _full(result: Any) -> bool:
+    """Whether a score is full reward: judged, 1, and not marked wrong."""
+    return result.status is Status.OK and result.reward >= 1.0 - 1e-6 and result.correct is not False
 
 
 @dataclass
@@ -119,10 +133,36 @@ class GoldChecker:
         rollout = codec.decode(codec.encode(rollout), events.Rollout)
         result = self._scorer(record.verifier.family).score_group(rollout.prompt_text, [rollout.response_text],
                                                                  rollout.verifier)[0]
-        if result.status is Status.OK and result.reward >= 1.0 - 1e-6 and result.correct is not False:
-            return Verdict(index)
-        why = f"the gold scores {result.reward:g}, not 1 ({Status(result.status).name}: {result.detail})"
-        return Verdict(index, RowError(path, row, KINDS.get(record.verifier.family).gold_field, why))
+        field_name = KINDS.get(record.verifier.family).gold_field
+        if not _full(result):
+            why = f"the gold scores {result.reward:g}, not 1 ({Status(result.status).name}: {result.detail})"
+            return Verdict(index, RowError(path, row, field_name, why))
+        gamed = self._gameable(record, rollout)
+        return Verdict(index, RowError(path, row, field_name, gamed) if gamed else None)
+
+    def _gameable(self, record: TaskRecord, rollout: events.Rollout) -> str | None:
+        """Why the row's scorer can be gamed (m1flow.kinds.probe): an accepted answer that does not
+        score, or a wrong answer that does; None when neither."""
+        verifier = record.verifier
+        scorer = self._scorer(verifier.family)
+        others = accepted(verifier.gold, verifier.spec)[1:]
+        if others:
+            results = scorer.score_group(rollout.prompt_text, [probe_response(verifier, a) for a in others],
+                                         rollout.verifier)
+            for answer, result in zip(others, results):
+                if not _full(result):
+                    return (f"the accepted answer {answer!r} scores {result.reward:g}, not 1 "
+                            f"({Status(result.status).name}: {result.detail})")
+        wrong = probes(verifier, record.instructions)
+        if not wrong:
+            return None
+        results = scorer.score_group(rollout.prompt_text, [probe_response(verifier, p.answer) for p in wrong],
+                                     rollout.verifier)
+        for probe, result in zip(wrong, results):
+            if _full(result):
+                hint = HINTS.get(verifier.family, "")
+                return f"the wrong answer {probe.answer!r} ({probe.why}) scores 1 ({result.detail}){hint}"
+        return None
 
     def prepare(self, record: TaskRecord) -> None:
         """Build the scorer a record needs (and start the sandbox) here, in the calling thread: the

@@ -130,6 +130,8 @@ def from_m1flow(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskReco
         for key in ("gold", "payload_uri"):
             if verifier.get(key) is None:
                 verifier.pop(key, None)
+            elif key == "gold" and isinstance(verifier[key], (list, tuple)):
+                verifier[key] = list(verifier[key])  # accepted answers: the kind takes them or names the field
             elif not isinstance(verifier[key], str):
                 verifier[key] = _as_text(verifier[key], f"verifier.{key}")
     elif verifier is None:
@@ -169,8 +171,10 @@ def from_verl(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord
         verifier["gold"], verifier["spec"] = _math_gold(gold), {"style": style_of(source)}
     elif kind == "code":
         verifier["gold"], verifier["spec"] = "", _code_tests(gold)
+    elif isinstance(gold, (list, tuple)):
+        verifier["gold"] = [str(g) for g in gold]  # accepted answers (the kind takes a list, or names the field)
     elif not isinstance(verifier["gold"], str):
-        verifier["gold"] = json.dumps(gold) if isinstance(gold, (list, dict)) else _as_text(gold, GOLD)
+        verifier["gold"] = json.dumps(gold) if isinstance(gold, dict) else _as_text(gold, GOLD)
     prompt = _json_text(data.get("prompt"), "prompt")
     if hasattr(prompt, "tolist"):  # numpy arrays from pandas-written files
         prompt = prompt.tolist()
@@ -219,10 +223,14 @@ def _as_text(value: Any, field_name: str) -> str:
     return str(value)
 
 
-def _math_gold(gold: Any) -> str:
-    """verl's ground truth as the answer: a gsm8k solution's "#### 72" tail, numbers as text."""
-    if isinstance(gold, list) and len(gold) == 1:
-        gold = gold[0]
+def _math_gold(gold: Any) -> str | list[str]:
+    """verl's ground truth as the answer: a gsm8k solution's "#### 72" tail, numbers as text; a list
+    of accepted answers as the list of them (the math kind takes it: m1flow.kinds.base.gold_list)."""
+    if hasattr(gold, "tolist"):  # a numpy array from a pandas-written file
+        gold = gold.tolist()
+    if isinstance(gold, (list, tuple)):
+        golds = [_math_gold(g) for g in gold]
+        return golds[0] if len(golds) == 1 else golds
     if isinstance(gold, (int, float)) and not isinstance(gold, bool):
         return _as_text(gold, GOLD)
     if not isinstance(gold, str):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from m1flow.bus import codec
 from m1flow.contracts import events
-from m1flow.kinds import SpecError, Verifier, check_verifier
+from m1flow.kinds import SpecError, Verifier, check_verifier, fill_from_prompt
 
 __all__ = ["Message", "RowError", "SpecError", "TaskRecord", "Verifier"]  # SpecError, Verifier: m1flow.kinds's
 
@@ -53,8 +53,17 @@ class TaskRecord(BaseModel):
             raise SpecError("prompt", "the chat messages hold no user turn")
         if not self.prompt:
             raise SpecError("prompt", "empty")
+        fill_from_prompt(self.verifier, self.instructions)
         check_verifier(self.verifier)
         return self
+
+    @property
+    def instructions(self) -> str:
+        """Every system and user turn, in order: where a prompt states its options and the form it asks
+        the answer in."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "\n".join(m.content for m in self.prompt if m.role != "assistant")
 
     @property
     def text(self) -> str:

@@ -9,8 +9,8 @@ Adding a kind (docs/architecture.md, "Adding a verifier"): its module here, its 
 line below, its scorer in svc_reward/verifiers/, and a test.
 """
 from m1flow.kinds.base import KINDS, Kind, KindSchema, NoGold, SpecError, Style, Verifier, kind_of, missing_parts
-from m1flow.kinds import arith, code, genrm, logic, math, rg, swe  # noqa: F401  (each declares its Kind)
-from m1flow.kinds.check import check_verifier, gold_answer, gold_response
+from m1flow.kinds import arith, choice, code, genrm, logic, math, rg, swe, text  # noqa: F401  (each declares its Kind)
+from m1flow.kinds.check import check_verifier, fill_from_prompt, gold_answer, gold_response
 
 __all__ = ["KINDS", "Kind", "KindSchema", "NoGold", "SpecError", "Style", "Verifier", "check_verifier",
-           "gold_answer", "gold_response", "kind_of", "missing_parts"]
+           "fill_from_prompt", "gold_answer", "gold_response", "kind_of", "missing_parts"]

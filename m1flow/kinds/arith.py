@@ -26,4 +26,4 @@ def _gold(verifier: Verifier, style: Style) -> str:
 ARITH = declare(Kind(
     name="arith", schema=ArithSchema, gold=_gold,
     styles=(Style("integer", reads="a single integer"),),
-    fast=lambda gold, spec: _integer(gold)))
+    fast=lambda gold, spec: _integer(gold), probed=True))

@@ -44,15 +44,49 @@ def kind_of(kind: str) -> str:
 class Verifier(BaseModel):
     """A task record's verifier: which kind scores it and what that kind reads."""
     model_config = ConfigDict(extra="forbid")
-    kind: str = Field(description='"arith", "math", "logic:<family>", "code", "swe", "genrm", "rg:<task>"')
-    gold: str = Field("", description="the gold answer (arith, math); a reference answer or solution (others)")
+    kind: str = Field(description='"arith", "math", "text", "choice", "logic:<family>", "code", "swe", "genrm", '
+                                  '"rg:<task>"')
+    gold: str = Field("", description="the gold answer (arith, math, text, choice); a reference answer or "
+                                      "solution (others); a list of accepted answers becomes gold + spec.answers")
     spec: dict[str, Any] = Field(default_factory=dict, description="kind-specific structure (docs/tasks.md)")
     payload_uri: str = Field("", description="task store reference (an SWE repository snapshot)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gold_list(cls, data: Any) -> Any:
+        """A list of accepted answers (verl's `ground_truth` as a list) for a kind that takes one: the
+        first is the gold, all of them `spec.answers`; SpecError for a kind that compares no gold."""
+        if isinstance(data, dict) and isinstance(data.get("gold"), (list, tuple)):
+            return {**data, **gold_list(str(data.get("kind", "")), list(data["gold"]), data.get("spec"))}
+        return data
 
     @property
     def family(self) -> str:
         """The kind before ':' ("logic:sudoku" -> "logic"): what svc_reward dispatches on."""
         return kind_of(self.kind)
+
+
+def gold_list(kind: str, golds: list[Any], spec: Any) -> dict[str, Any]:
+    """{"gold": the first, "spec": spec with "answers": all of them} for a kind that takes a list of
+    accepted answers (its declaration's `answers`); SpecError naming verifier.gold otherwise."""
+    name = kind_of(kind)
+    takes = [k for k in KINDS.names() if KINDS.get(k).answers]
+    if name not in KINDS or not KINDS.get(name).answers:
+        raise SpecError("verifier.gold", f"a list of {len(golds)} answers, but kind {kind!r} takes one gold "
+                                         f"(lists: {', '.join(takes)})")
+    answers = [str(g).strip() for g in golds if g is not None and str(g).strip()]
+    if not answers:
+        raise SpecError("verifier.gold", "missing: an empty list of answers")
+    spec = dict(spec) if isinstance(spec, dict) else ({} if spec in (None, "") else spec)
+    if isinstance(spec, dict) and len(answers) > 1:
+        spec["answers"] = answers
+    return {"gold": answers[0], "spec": spec}
+
+
+def accepted(gold: str, spec: dict[str, Any] | None) -> list[str]:
+    """Every accepted answer of a verifier: the gold, then `spec.answers`, each once."""
+    extra = (spec or {}).get("answers") or []
+    return list(dict.fromkeys([gold, *(a for a in extra if isinstance(a, str))]))
 
 
 class KindSchema(BaseModel):
@@ -105,6 +139,7 @@ class Style:
 
 GoldWriter = Callable[[Verifier, Style], str]  # the gold in the style; NoGold when it cannot be written
 FastCheck = Callable[[str, dict[str, Any]], bool]  # (gold, spec) the schema surely accepts; False: ask it
+FromPrompt = Callable[[str, dict[str, Any]], dict[str, Any]]  # (prompt text, spec) -> spec completed from it
 
 
 @dataclass(frozen=True)
@@ -115,7 +150,10 @@ class Kind:
     another (math). fast: the prompt source's one-pass check of (gold, spec), for kinds common enough
     to deserve one. needs_suffix: the form of a kind that names its task after ':' ("logic:<family>").
     gold_field: the row's field a gold that does not score names. sandbox: its scorer runs programs
-    in svc_sandbox.
+    in svc_sandbox. answers: its gold may be a list of accepted answers (spec.answers). probed: its
+    scorer compares an answer with the gold, so `data validate` sends it wrong answers that must not
+    score (m1flow/kinds/probe.py). from_prompt: fills spec fields the prompt states (the options of a
+    multiple-choice question) when the record is built.
     """
     name: str
     schema: type[KindSchema] | None = None
@@ -125,6 +163,9 @@ class Kind:
     needs_suffix: str = ""
     gold_field: str = "verifier.gold"
     sandbox: bool = False
+    answers: bool = False
+    probed: bool = False
+    from_prompt: FromPrompt | None = None
 
     def style(self, name: str | None) -> Style:
         """The style a spec names (None: the default); ValueError naming the known ones."""

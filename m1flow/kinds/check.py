@@ -44,6 +44,15 @@ def check_verifier(verifier: Verifier) -> None:
         raise SpecError(*where(exc, "verifier")) from None
 
 
+def fill_from_prompt(verifier: Verifier, prompt: str) -> None:
+    """Complete the spec with what the prompt states, for a kind that reads some (the options of a
+    multiple-choice question), before the schema checks it."""
+    name = kind_of(verifier.kind)
+    declared = KINDS.get(name) if name in KINDS else None
+    if declared is not None and declared.from_prompt is not None:
+        verifier.spec = declared.from_prompt(prompt, verifier.spec)
+
+
 def gold_answer(verifier: Verifier) -> str:
     """The gold in the answer style the spec names (the kind's default when it names none or one the
     kind does not have); NoGold when it cannot be written."""

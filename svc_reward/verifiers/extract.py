@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from m1flow.chat import after_reasoning
+from m1flow.chat import THINK_END, after_reasoning
+from m1flow.kinds.answers import unwrap
 from m1flow.kinds.math import STYLE_NAMES
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -168,9 +169,48 @@ def extract_dapo_answer(response: str) -> str | None:
     return (unit.group(1) if unit else answer) or None
 
 
+MAX_BARE_CHARS = 4000  # a bare "answer" longer than this is the reasoning, not an answer
+_LABEL = re.compile(r"^[\s>*_#-]*(?:\*\*)?(?:(?:so|thus|therefore|hence)[\s,]+)?(?:the\s+)?(?:final\s+)?"
+                    r"answer(?:\*\*)?\s*(?:is\s*[:：]?|[:：])\s*(?:\*\*)?", re.IGNORECASE)
+
+
+def extract_bare(response: str) -> str | None:
+    """The `bare` style: the answer is what follows the reasoning. Precisely: the text after the last
+    </think>, or, in a response without </think>, its last non-empty line; then one leading label
+    ('Answer:', 'Final answer:', 'The answer is') is dropped, a \\boxed{} is opened, math delimiters
+    ($...$, \\(...\\)), bold and a final full stop are stripped, and one pair of braces or brackets
+    around a single item (`{70}`, `[B]`) is removed. None when nothing is left or it is longer than
+    MAX_BARE_CHARS."""
+    if THINK_END in response:
+        text = after_reasoning(response).strip()
+    else:
+        lines = [line for line in response.splitlines() if line.strip()]
+        text = lines[-1].strip() if lines else ""
+    text = _LABEL.sub("", text, count=1).strip()
+    boxed = last_boxed(text)
+    answer = unwrap(strip_delimiters(boxed if boxed is not None else text))
+    return answer if answer and len(answer) <= MAX_BARE_CHARS else None
+
+
+def extract_answer_line(response: str) -> str | None:
+    """The rest of the last 'Answer:' line after the reasoning, delimiters stripped (text and choice
+    kinds: no '=' split and no unit dropped, unlike math_dapo)."""
+    found = _last_answer_line(after_reasoning(response))
+    return strip_delimiters(found) or None if found is not None else None
+
+
+def extract_final(response: str) -> str | None:
+    """The text and choice kinds' `auto`: a marked final answer (as math's auto finds it), else the
+    bare answer, so a prompt that asks for the bare letter or words is answered as it asks."""
+    return extract_math_answer(response) or extract_bare(response)
+
+
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "auto": extract_math_answer, "boxed": extract_boxed_answer, "math_dapo": extract_dapo_answer,
-    "gsm8k": extract_gsm8k_answer}
+    "gsm8k": extract_gsm8k_answer, "bare": extract_bare}
+# the text and choice kinds' styles (m1flow.kinds.text.FINAL_STYLES)
+FINAL_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
+    "auto": extract_final, "bare": extract_bare, "boxed": extract_boxed_answer, "answer_line": extract_answer_line}
 
 
 def extract_answer(response: str, style: str = "auto") -> str | None:

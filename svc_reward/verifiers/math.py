@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 
 from m1flow.contracts import events
+from m1flow.kinds.answers import normalise_text, notation, unwrap
+from m1flow.kinds.base import accepted
 from m1flow.kinds.math import MATH
 from m1flow.runtime.pipes import PipeWorker
 from svc_reward.config import MathVerifyConfig
@@ -43,9 +45,10 @@ class _Worker(PipeWorker):
                          what="math-verify worker", quiet=True)
         self.tasks = 0
 
-    def ask(self, gold: str, pred: str, deadline: float) -> tuple[str, str] | None:
-        """(verdict, detail), or None when the worker missed the deadline."""
-        self.send(json.dumps([gold, pred]).encode())
+    def ask(self, job: tuple[str, str, str, str], deadline: float) -> tuple[str, str] | None:
+        """(verdict, detail) for (gold, answer, the gold's notation, the answer's), or None when the
+        worker missed the deadline."""
+        self.send(json.dumps(list(job)).encode())
         if not self.poll(deadline):
             return None
         verdict, detail = json.loads(self.recv())
@@ -65,6 +68,12 @@ def as_boxed(answer: str) -> str:
     return "\\boxed{" + _THIN_SPACE_GROUPS.sub("", text) + "}"
 
 
+def _written(text: str, how: str) -> str:
+    """A gold or answer as the worker reads it: programming notation as it is (one pair of braces or
+    brackets around it opened: `{cos(x)}`), anything else as one \\boxed{} for math-verify."""
+    return unwrap(text) if how == "expr" else as_boxed(text)
+
+
 class MathVerifierPool:
     """A thread-safe pool of math-verify workers; at most `workers` comparisons run at once."""
 
@@ -75,19 +84,38 @@ class MathVerifierPool:
         self._closed = False
 
     def verify(self, response: str, gold: str, timeout_s: float | None = None,
-               style: str = "auto") -> ScoreResult:
-        """Score a full model response against a gold answer (bare or \\boxed{}); `style` says where
-        the answer is (m1flow.kinds.math.STYLES: the dataset's own convention, or 'auto' for any)."""
-        if not strip_delimiters(gold):
+               style: str = "auto", answers: list[str] | tuple[str, ...] = ()) -> ScoreResult:
+        """Score a full model response against a gold answer (bare or \\boxed{}) and any other accepted
+        `answers`; `style` says where the answer is (m1flow.kinds.math.STYLES: the dataset's own
+        convention, 'auto' for any, 'bare' for what follows the reasoning)."""
+        golds = [g for g in dict.fromkeys([gold, *answers]) if strip_delimiters(g)]
+        if not golds:
             return ScoreResult.failed(Status.JUDGE_ERROR, "empty gold answer")
         answer = extract_answer(response, style)
         if answer is None:
             return ScoreResult.failed(Status.FORMAT_ERROR, f"no {MATH.style(style).reads} after the reasoning")
-        return self.compare(gold, answer, timeout_s)
+        results = []
+        for one in golds:
+            result = self.compare(one, answer, timeout_s)
+            if result.correct:
+                return result
+            results.append(result)
+        judged = [r for r in results if r.status is Status.OK]
+        return judged[0] if judged else results[0]
 
     def compare(self, gold: str, answer: str, timeout_s: float | None = None) -> ScoreResult:
-        """Score an already extracted answer against a gold answer."""
-        job = (as_boxed(gold), as_boxed(answer))
+        """Score an already extracted answer against a gold answer, each read as it is written
+        (m1flow.kinds.answers.notation): a gold of words as normalised text, programming notation by
+        SymPy's parser, LaTeX and numbers by math-verify."""
+        gold_text, answer_text = strip_delimiters(gold), strip_delimiters(answer)
+        gold_notation = notation(gold_text)
+        if gold_notation == "text":
+            want, got = normalise_text(gold_text), normalise_text(answer_text)
+            sign = "==" if got == want else "!="
+            return ScoreResult.scored(got == want, detail=f"text {got[:100]!r} {sign} {want[:100]!r}")
+        answer_notation = "expr" if notation(answer_text) == "expr" else "latex"
+        job = (_written(gold_text, gold_notation), _written(answer_text, answer_notation), gold_notation,
+               answer_notation)
         deadline = self.config.timeout_s if timeout_s is None else timeout_s
         with self._slots:
             if self._closed:
@@ -98,7 +126,7 @@ class MathVerifierPool:
                 return ScoreResult.failed(Status.SANDBOX_ERROR, f"math-verify worker did not start: {err!r}")
             healthy = False
             try:
-                answered = worker.ask(*job, deadline)
+                answered = worker.ask(job, deadline)
                 if answered is None:
                     return ScoreResult.failed(Status.VERIFIER_TIMEOUT, f"math-verify over {deadline:.1f}s")
                 verdict, detail = answered
@@ -164,19 +192,21 @@ def verify_math(response: str, gold: str, timeout_s: float = MathVerifyConfig().
 class MathKind:
     """The `math` kind: math-verify in this replica's worker pool (its workers start on the first check).
 
-    spec_json may hold {"style": "boxed" | "math_dapo" | "gsm8k" | "auto"}: where the answer is, as
-    the dataset's own scorer looks for it (verl's math_reward, math_dapo and gsm8k); default auto.
+    spec_json may hold {"style": "boxed" | "math_dapo" | "gsm8k" | "auto" | "bare"}: where the answer
+    is, as the dataset's own scorer looks for it (verl's math_reward, math_dapo and gsm8k); default
+    auto; and "answers": more accepted answers, any of which scores.
     """
 
     def __init__(self, config: MathVerifyConfig) -> None:
         self.pool = MathVerifierPool(config)
 
     def score(self, response: str, spec: events.VerifierSpec) -> ScoreResult:
-        style = json.loads(spec.spec_json).get("style", "auto") if spec.spec_json else "auto"
+        data = json.loads(spec.spec_json) if spec.spec_json else {}
+        style = data.get("style", "auto")
         if style not in MATH.style_names:
             return ScoreResult.failed(Status.JUDGE_ERROR, f"unknown math answer style {style!r}; "
                                                           f"known: {', '.join(MATH.style_names)}")
-        return self.pool.verify(response, spec.gold, style=style)
+        return self.pool.verify(response, spec.gold, style=style, answers=accepted(spec.gold, data)[1:])
 
     def close(self) -> None:
         self.pool.close()

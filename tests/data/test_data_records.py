@@ -59,8 +59,10 @@ def test_each_kind_schema_names_the_bad_field(kind, gold, spec, field, why):
 
 
 def test_good_records_of_every_kind():
-    assert set(KINDS.names()) == {"arith", "math", "logic", "code", "swe", "genrm", "rg"}
+    assert set(KINDS.names()) == {"arith", "math", "text", "choice", "logic", "code", "swe", "genrm", "rg"}
     rec("arith", "-3")
+    rec("text", "x is congruent to 25 modulo 154", {"style": "bare"})
+    rec("choice", "B", {"options": ["60", "90"]})
     rec("math", "\\frac{1}{2}", {"style": "boxed"})
     rec("logic:sudoku", spec=_puzzle())
     rec("code", "print(1)", {"tests": [{"expected_stdout": "1"}]})

@@ -178,7 +178,7 @@ def test_cli_on_good_files_of_every_format_starts_and_stops_a_sandbox(tmp_path):
     ("bad_json.jsonl", ["bad_json.jsonl:1: json: line 2: not JSON (Expecting ',' delimiter at column 1)"]),
     ("missing_gold.jsonl", ["missing_gold.jsonl:1: verifier.gold: missing: this kind needs a gold answer"]),
     ("unknown_kind.jsonl", ["unknown_kind.jsonl:0: verifier.kind: unknown verifier kind 'spelling'; known: arith, "
-                            "code, genrm, logic, math, rg, swe"]),
+                            "choice, code, genrm, logic, math, rg, swe, text"]),
     ("bad_rg_task.jsonl", ["bad_rg_task.jsonl:0: verifier.spec.task: unknown reasoning-gym task 'leg_countin'; "
                            "did you mean leg_counting, letter_counting, rectangle_count?"]),
 ])

@@ -44,7 +44,7 @@ def test_kind_of_is_the_name_before_the_colon():
 
 
 def test_the_math_styles_are_declared_once_and_read_everywhere():
-    assert STYLE_NAMES == ("auto", "boxed", "math_dapo", "gsm8k")
+    assert STYLE_NAMES == ("auto", "boxed", "math_dapo", "gsm8k", "bare")
     assert tuple(EXTRACTORS) == STYLE_NAMES  # svc_reward extracts exactly the declared styles
     assert set(MathSpec.model_fields["style"].annotation.__args__) == set(STYLE_NAMES)  # the schema accepts them
     for style in STYLE_NAMES:
@@ -53,7 +53,7 @@ def test_the_math_styles_are_declared_once_and_read_everywhere():
     assert not FAST["math"]("1", {"style": "latex"})
     writes = {s: gold_answer(Verifier(kind="math", gold="7", spec={"style": s})) for s in STYLE_NAMES}
     assert writes == {"auto": "The answer is $\\boxed{7}$.", "boxed": "The answer is $\\boxed{7}$.",
-                      "math_dapo": "Answer: 7", "gsm8k": "#### 7"}
+                      "math_dapo": "Answer: 7", "gsm8k": "#### 7", "bare": "7"}
 
 
 def test_only_kinds_with_a_fast_check_take_the_fast_path():

@@ -47,7 +47,7 @@ PLUGINS: Registry[str] = Registry("plugin")
 
 
 def test_every_kind_is_declared_and_a_replica_imports_none_before_its_first_task():
-    assert known_kinds() == ("arith", "code", "genrm", "logic", "math", "rg", "swe")
+    assert known_kinds() == ("arith", "choice", "code", "genrm", "logic", "math", "rg", "swe", "text")
     assert kind_of(events.VerifierSpec(kind="logic:sudoku").kind) == "logic"
     assert kind_of(events.VerifierSpec(kind="rg:leg_counting").kind) == "rg"
     probe = ("import sys; from svc_reward.scorers import ScorerRegistry; r = ScorerRegistry(); "
@@ -82,7 +82,7 @@ def test_a_new_kind_is_one_module_and_its_factory_runs_once_per_replica(tmp_path
 def test_an_unknown_kind_is_a_judge_error_naming_the_known_ones_not_a_zero():
     [result] = ScorerRegistry().score_group("", ["5"], events.VerifierSpec(kind="nosuch:x", gold="5"))
     assert result.status is Status.JUDGE_ERROR and not result.usable and result.correct is None
-    assert "unknown verifier kind 'nosuch'" in result.detail and "arith, code, genrm, logic, math, rg, swe" in result.detail
+    assert "unknown verifier kind 'nosuch'" in result.detail and "arith, choice, code, genrm, logic, math, rg, swe, text" in result.detail
 
 
 def test_a_kind_this_replica_cannot_make_is_marked_and_its_factory_not_retried(caplog):
