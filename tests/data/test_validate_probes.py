@@ -17,6 +17,12 @@ EVALS = read("evals.jsonl")
 RG = read("rg.jsonl")
 
 
+def summary(out: list[str]) -> tuple[list[str], str]:
+    """validate's lines: the bad rows, and its summary line (the per-source lines after it left out)."""
+    at = next(i for i, line in enumerate(out) if line.startswith("validate: "))
+    return out[:at], out[at]
+
+
 def test_the_real_rows_under_the_kinds_their_prompts_call_for_are_good(capsys, tmp_path):
     rows = [evals_row(item) for item in EVALS if (item["set"], item["line"]) not in {("math-derivatives", 10),
                                                                                       ("jee-math", 0)}]
@@ -24,8 +30,8 @@ def test_the_real_rows_under_the_kinds_their_prompts_call_for_are_good(capsys, t
     rows.append(evals_row(jee, gold=jee["sample"]["ideal"][0]))
     rows += [mmlu_row(item) for item in read("mmlu.jsonl")] + [rg_row(item, kind="text") for item in RG]
     code, out, _ = validate(capsys, write_jsonl(tmp_path / "golds.jsonl", rows))
-    assert code == 0 and out == [f"validate: {len(rows)} rows in 1 file(s): {len(rows)} good, 0 bad, "
-                                  "0 schema-checked only"], out
+    assert code == 0 and summary(out) == ([], f"validate: {len(rows)} rows in 1 file(s): {len(rows)} good, 0 bad, "
+                                             "0 schema-checked only"), out
 
 
 def test_reasoning_gym_exports_under_math_are_refused_where_a_wrong_form_scores(capsys, tmp_path):
@@ -34,7 +40,8 @@ def test_reasoning_gym_exports_under_math_are_refused_where_a_wrong_form_scores(
     hint = ("; the math kind compares values: where the answer's form matters (words, a factorisation, a reduced "
             "fraction, an order), use kind text")
     assert code == 1
-    assert out[:-1] == [
+    errors, total = summary(out)
+    assert errors == [
         f"{path}:0: verifier.gold: the wrong answer '980' (the factorisation's value, not its factors) scores 1 "
         f"(980 == 2 × 2 × 5 × 7 × 7){hint}",
         f"{path}:1: verifier.gold: the wrong answer '245' (the factorisation's value, not its factors) scores 1 "
@@ -45,7 +52,7 @@ def test_reasoning_gym_exports_under_math_are_refused_where_a_wrong_form_scores(
         f"for) scores 1 (\\frac{{1768}}{{1958}} == \\frac{{884}}{{979}}){hint}",
     ], out
     # the cipher, the jumble and the sorted words are compared as text; the arithmetic is a number
-    assert out[-1] == "validate: 8 rows in 1 file(s): 4 good, 4 bad, 0 schema-checked only"
+    assert total == "validate: 8 rows in 1 file(s): 4 good, 4 bad, 0 schema-checked only"
 
 
 def test_golds_math_verify_reads_as_something_else_are_refused(capsys, tmp_path):
@@ -72,7 +79,7 @@ def test_golds_math_verify_reads_as_something_else_are_refused(capsys, tmp_path)
     ], out
     assert out[3].startswith(f"{path}:3: verifier.gold: the wrong answer '1' (a degenerate answer) scores 1"), out
     assert out[4].startswith(f"{path}:4: verifier.gold: the accepted answer \"f'(x)\" scores 0, not 1"), out
-    assert out[5:] == ["validate: 6 rows in 1 file(s): 1 good, 5 bad, 0 schema-checked only"], out
+    assert summary(out)[1] == "validate: 6 rows in 1 file(s): 1 good, 5 bad, 0 schema-checked only", out
 
 
 # ---- the probes themselves -----------------------------------------------------------------------------
