@@ -146,7 +146,7 @@ def test_a_row_the_bus_refuses_is_dead_lettered_and_the_source_goes_on(tmp_path,
     assert len(refused_draw) == 1 and refused_draw[0] < 32  # drawn early: the rows after it went on
     letters = [r["value"] for r in read_range(bootstrap, f"dlq.{suffix}")]
     assert len(letters) == 1 and letters[0]["source_topic"] == "source:huge" and int(letters[0]["offset"]) == 5
-    assert letters[0]["error"].startswith(f"{data}:5: prompt: refused by the bus: record too large: ")
+    assert letters[0]["error"].startswith(f"{data.name}:5: prompt: refused by the bus: record too large: ")
     assert f"over the bus's limit of {MESSAGE_MAX_BYTES:,}" in letters[0]["error"]
     assert 'reason="too_large",source="huge"} 1.0' in counted or 'source="huge",reason="too_large"} 1.0' in counted
     assert float(sent.split()[-1]) == 39
