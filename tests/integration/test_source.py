@@ -134,8 +134,11 @@ def test_a_row_the_bus_refuses_is_dead_lettered_and_the_source_goes_on(tmp_path,
     proc = launch("source", tmp_path, bootstrap, args, run_id="huge")
     try:
         wait_for(lambda: "every source exhausted" in proc.tail(), 60, "the file read")
+        published = 'm1flow_source_prompts_total{source="huge"}'  # counted as the broker acknowledges them
+        wait_for(lambda: metric(proc, published).endswith(" 39.0"), 30, "the last batches acknowledged",
+                 detail=lambda: metric(proc, published))
         counted = metric(proc, "m1flow_source_bad_rows_total")
-        sent = metric(proc, 'm1flow_source_prompts_total{source="huge"}')
+        sent = metric(proc, published)
         assert proc.proc.poll() is None  # still serving
         log = proc.tail(400)
     finally:
