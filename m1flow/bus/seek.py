@@ -22,6 +22,12 @@ BATCH = 10_000  # records per consume call
 FIRST_CHUNK, MAX_CHUNK = 2048, 1 << 20  # a backward search reads chunks growing 4x from the end
 
 
+def _refused(err: Any) -> bool:  # a confluent_kafka.KafkaError
+    from confluent_kafka import KafkaError
+
+    return err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+
+
 def partition_for(key: str | bytes, partitions: int) -> int:
     """The partition a keyed record lands on: Java's default partitioner (murmur2 of the key bytes,
     made positive, modulo the count), which both of m1flow's producer clients use (bus/producer.py)."""
@@ -81,9 +87,12 @@ class PartitionReader:
         self.close()
 
     def partitions(self, topic: str) -> int:
-        """How many partitions `topic` has; 0 when it does not exist."""
+        """How many partitions `topic` has; 0 when it does not exist. PermissionError when this
+        principal may not read it (the broker's ACLs)."""
         if topic not in self._counts:
             meta = self._c.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+            if meta is not None and meta.error is not None and _refused(meta.error):
+                raise PermissionError(f"not authorized to read {topic}: {meta.error}")
             ok = meta is not None and meta.error is None
             self._counts[topic] = len(meta.partitions) if ok else 0
         return self._counts[topic]
@@ -148,6 +157,8 @@ class PartitionReader:
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             return
+                        if _refused(err):
+                            raise PermissionError(f"not authorized to read {topic}: {err}")
                         raise RuntimeError(f"reading {topic}/{partition}: {err}")
                     offset = msg.offset()
                     if offset < next_offset:

@@ -216,7 +216,12 @@ class Tracer:
         if not options:
             raise ValueError("an empty id: give a prompt id, group id or rollout id")
         for reading in options:  # the prompt record confirms a reading and roots the story
-            found = self._prompt(reading)
+            try:
+                found = self._prompt(reading)
+            except PermissionError as exc:  # e.g. the monitor's principal reads no `prompts`
+                story = self._without_prompt(query, [r for r in options if r.group_id is not None])
+                story.notes.append(f"prompt not read: {exc}")
+                break
             if found is not None:
                 rec, prompt = found
                 story = Story(query, reading.kind, prompt.prompt_id, group_id_for(prompt.prompt_id,

@@ -1,5 +1,5 @@
-"""`m1flow trace` and `m1flow replay --compare` over a real broker, a real reward service and a real
-learner (one stack for the module).
+"""`m1flow trace`, `m1flow replay --compare` and the monitor's per-group page over a real broker, a
+real reward service, a real learner and a real monitor (one stack for the module).
 
 The test writes the rollouts of three prompts itself, what svc_rollout would write for them but
 with answers chosen so that every verdict is known: one group half right (trained), one all right
@@ -66,7 +66,7 @@ def run(tmp_path_factory):
     """The stack, the three prompts (name -> Prompt) and the time before their rollouts were written."""
     stack = Stack(tmp_path_factory.mktemp("trace"), service_args={"learner": LEARNER})
     try:
-        stack.start(services=("reward", "learner"))
+        stack.start(services=("reward", "learner", "monitor"))
         tok = checkpoint.load_tokenizer(stack.initial_policy())
         asked = dict(zip(ANSWERS, (arith_prompt(p, GROUP) for p in problems(seed=36, n=3, max_operand=20))))
         producer = Producer(stack.bootstrap, "test")
@@ -183,3 +183,38 @@ def test_an_unchanged_reward_replay_reports_nothing(run, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "reward replay: 3 groups, 12 samples compared; 0 verdicts flipped, 0 other changes" in out
+
+
+def get(url: str) -> tuple[int, str]:
+    from urllib.error import HTTPError
+    from urllib.request import urlopen
+
+    try:
+        with urlopen(url, timeout=60) as reply:
+            return reply.status, reply.read().decode()
+    except HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_dashboard_links_each_scored_group_to_its_story(run):
+    from urllib.parse import quote
+
+    from svc_monitor.client import report
+
+    stack, asked, _ = run
+    url = report(stack.get("monitor").grpc_address).dashboard_url
+    gids = {group_id_for(p.prompt_id, p.header.message_id) for p in asked.values()}
+
+    def listed() -> set[str]:
+        return {g["group_id"] for g in json.loads(get(url + "api/dashboard")[1])["groups"]}
+    wait_for(lambda: listed() >= gids, 60, "the three groups in the dashboard's table", detail=listed)
+    assert "/group?id=" in get(url)[1]  # the table's group cells link to the group's page
+    prompt = asked["trained"]
+    gid = group_id_for(prompt.prompt_id, prompt.header.message_id)
+    status, page = get(f"{url}group?id={quote(gid)}")
+    assert status == 200 and "/api/group?id=" in page
+    status, body = get(f"{url}api/group?id={quote(gid)}")
+    story = json.loads(body)
+    assert status == 200 and story["group_id"] == gid and len(story["rollouts"]) == GROUP
+    assert (story["learner"]["status"], story["learner"]["version"]) == ("trained", 1)
+    assert get(f"{url}api/group")[0] == 400
