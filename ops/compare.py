@@ -106,7 +106,8 @@ class VerdictDiff:
         if flips:
             out.append("flipped by verifier kind: " + ", ".join(f"{k} {n}" for k, n in self.by_kind().most_common()))
             out.append("flipped by detail (before -> after):")
-            out += [f"  {n:>5}  {k}: {b!r} -> {a!r}" for (k, b, a), n in self.by_detail().most_common()]
+            out += [f"  {n:>5}  {k}: " + (f"{b!r} (detail unchanged)" if a == b else f"{b!r} -> {a!r}")
+                    for (k, b, a), n in self.by_detail().most_common()]
         if self.changes:
             out.append(f"{'rollout':<40}{'kind':<10}{'before':<24}{'after':<24}changed")
             for c in self.changes:

@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap: Callable[[argparse.Na
                         "(default: the learner's defaults)")
     t.add_argument("--algorithm", help="the `algorithm:` block as JSON, over --learner-config's")
     t.add_argument("--topic", action="append", default=[], metavar="LIVE=NAME",
-                   help="read a live topic under another name, e.g. scored=scored.fix (a replay's output)")
+                   help="read a live topic under another name, e.g. scored=scored.fix (a replay's verdicts; "
+                        "the learner's part stays the live learner's unless metrics=metrics.fix too)")
     t.add_argument("--json", action="store_true", help="the story as JSON")
     t.add_argument("--full", action="store_true", help="whole prompt and response texts")
     t.set_defaults(func=lambda args: cmd_trace(args, bootstrap(args)))
@@ -65,7 +66,7 @@ def learner_algorithm(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"--learner-config {path}: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"--learner-config {path}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--learner-config {path}: expected a mapping, got {type(data).__name__}")
     block = data.get("algorithm", data)
@@ -83,7 +84,8 @@ def cmd_trace(args: argparse.Namespace, bootstrap: str) -> int:
     try:
         options = options_from(args)
     except ValidationError as exc:
-        raise ValueError(f"algorithm: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+        first = exc.errors()[0]
+        raise ValueError(f"field algorithm.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with PartitionReader(bootstrap, client_id="m1flow-trace") as reader:
         story = Tracer(reader, options).tell(args.id)
     if args.json:
@@ -149,7 +151,7 @@ def _advantages(a: AdvantagePart) -> list[str]:
     for s in a.samples:
         reward = "-" if s.shaped_reward is None else f"{s.shaped_reward:.4f}"
         adv = "-" if s.advantage is None else f"{s.advantage:+.4f}"
-        lines.append(f"            {s.index:>3}  {reward:>14}{adv:>11}  {s.left_out or ''}")
+        lines.append(f"            {s.index:>3}  {reward:>14}{adv:>11}  {s.left_out or ''}".rstrip())
     return lines
 
 

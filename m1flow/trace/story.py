@@ -321,9 +321,12 @@ class Tracer:
                 begin = self.reader.offset_at(topic, part, newest.timestamp_ms - int(self.options.slack_s * 1000))
                 self._collect_rollouts(story, topic, part, begin, newest.offset + 1, 0)
                 return story
-        reading = groups[0] if groups else readings(query)[-1]
-        return Story(query, reading.kind, reading.prompt_id, reading.group_id,
-                     notes=[f"no prompt {reading.prompt_id!r} and no rollout of it found"])
+        # last, the group on `scored` alone (its rollouts past retention; or, for an id of no known form,
+        # the id itself: groups written there by hand or by an older producer need not follow the format)
+        reading = groups[0] if groups else Reading("group", query)
+        gid = reading.group_id or query
+        return Story(query, reading.kind, reading.prompt_id, gid,
+                     notes=[f"no prompt and no rollout of {gid!r} found; looked for it on scored"])
 
     def _scored(self, story: Story) -> events.ScoredGroup | None:
         """The group's ScoredGroup (every copy), from a little before its rollouts to span_s after

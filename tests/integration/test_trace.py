@@ -157,7 +157,7 @@ def changed_copy(dest: Path) -> Path:
     return dest
 
 
-def test_a_reward_replay_through_a_changed_verifier_reports_exactly_the_flipped_verdicts(run, tmp_path):
+def test_a_reward_replay_through_a_changed_verifier_reports_exactly_the_flipped_verdicts(run, tmp_path, capsys):
     stack, asked, started = run
     code = changed_copy(tmp_path / "code")
     replay = subprocess.run(
@@ -174,6 +174,11 @@ def test_a_reward_replay_through_a_changed_verifier_reports_exactly_the_flipped_
     assert all(c["flipped"] and (c["before"]["correct"], c["after"]["correct"]) == (False, True)
                for c in diff["changes"])
     assert diff["by_kind"] == {"arith": 2}
+    # the same comparison as a command of its own, on the two topics
+    code = main(["--bootstrap", stack.bootstrap, "diff", "--original", "scored", "--replayed", "scored.fix",
+                 "--since", f"ms:{started}"])
+    out = capsys.readouterr().out
+    assert code == 1 and "2 verdicts flipped" in out and all(rid in out for rid in expected)
 
 
 def test_an_unchanged_reward_replay_reports_nothing(run, capsys):
@@ -218,3 +223,27 @@ def test_the_dashboard_links_each_scored_group_to_its_story(run):
     assert status == 200 and story["group_id"] == gid and len(story["rollouts"]) == GROUP
     assert (story["learner"]["status"], story["learner"]["version"]) == ("trained", 1)
     assert get(f"{url}api/group")[0] == 400
+
+
+def test_a_diff_of_rollout_topics_names_the_samples_that_differ(run, capsys):
+    """What a rollout replay's comparison reads: the replayed copy on `rollouts.<suffix>`, the
+    originals found by group key on their partitions of `rollouts`."""
+    from m1flow.bus.admin import ensure_topics
+
+    stack, asked, started = run
+    ensure_topics(stack.bootstrap, (ROLLOUTS,), suffix="resampled")
+    tok = checkpoint.load_tokenizer(stack.initial_policy())
+    again = [r for name in ("trained", "other") for r in rollouts_for(asked[name], ANSWERS[name], tok)]
+    again[1].token_ids[-1] += 1  # another token sampled at the end
+    again[6].logprobs[0] -= 0.5  # the same tokens, another log-prob
+    producer = Producer(stack.bootstrap, "test", suffix="resampled")
+    for rollout in again:
+        producer.send(ROLLOUTS, rollout.group_id, rollout)
+    producer.close()
+    capsys.readouterr()
+    code = main(["--bootstrap", stack.bootstrap, "diff", "--original", "rollouts", "--replayed",
+                 "rollouts.resampled", "--since", f"ms:{started}", "--json"])
+    diff = json.loads(capsys.readouterr().out)
+    assert code == 1 and diff["samples"] == 2 * GROUP and not diff["no_original"]
+    assert [(c["rollout_id"], c["tokens_equal"], c["logprobs_agree"]) for c in diff["changes"]] == [
+        (again[1].rollout_id, False, True), (again[6].rollout_id, True, False)]
