@@ -29,6 +29,7 @@ from m1flow.contracts import events
 from m1flow.rl.selection import GROUP_SKIPPED, GROUP_TRAINED
 from m1flow.trace.ids import group_id_for, rollout_id_for
 from ops import ROOT
+from ops.browser import browser_paths
 from ops.cli import main
 from ops.feed import arith_prompt
 from ops.stack import Stack
@@ -223,6 +224,24 @@ def test_the_dashboard_links_each_scored_group_to_its_story(run):
     assert status == 200 and story["group_id"] == gid and len(story["rollouts"]) == GROUP
     assert (story["learner"]["status"], story["learner"]["version"]) == ("trained", 1)
     assert get(f"{url}api/group")[0] == 400
+    if browser_paths() is not None:  # the pages as a browser renders them: the link, then the story
+        in_browser(url, gid)
+
+
+def in_browser(url: str, gid: str) -> None:
+    from ops.browser import console_errors, headless_chromium
+
+    link = "return Array.from(document.querySelectorAll('#groups a')).map(a => [a.textContent, a.href]);"
+    learner = "return document.getElementById('learner').textContent;"
+    with headless_chromium() as driver:
+        driver.get(url)
+        wait_for(lambda: gid in dict(driver.execute_script(link)), 60, "the group's link in the table")
+        driver.get(dict(driver.execute_script(link))[gid])
+        wait_for(lambda: "trained in the step that made v1" in driver.execute_script(learner), 60,
+                 "the group's page to show the learner's step", detail=lambda: driver.execute_script(learner))
+        rows = driver.execute_script("return document.getElementById('rollouts').rows.length;")
+        errors = console_errors(driver)
+    assert rows == GROUP and errors == []
 
 
 def test_a_diff_of_rollout_topics_names_the_samples_that_differ(run, capsys):
