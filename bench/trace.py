@@ -156,7 +156,7 @@ def main() -> None:
             broker.stop()
     print(f"\n{args.groups} groups: {args.groups} prompts, {args.groups * GROUP} rollouts, {args.groups} scored, "
           f"{args.groups} learner metrics over {args.days} days")
-    print(f"| side | group | records read | seconds | found |\n|---|---|---|---|---|")
+    print("| side | group | records read | seconds | found |\n|---|---|---|---|---|")
     for side, which, read, secs, found in rows:
         print(f"| {side} | {which} | {read} | {secs:.2f} | {found} |")
 
