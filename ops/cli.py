@@ -1,4 +1,5 @@
-"""`m1flow`: run the local broker and services, inspect topics and lag, replay a range of a topic.
+"""`m1flow`: run the local broker and services, inspect topics and lag, replay a range of a topic (and
+compare the replay with the original), trace a sample through the topics.
 
 Every error a user can cause or meet (no broker, an unreachable one, a bad argument) ends in one
 line on stderr saying what to do, and exit status 2; tracebacks are for bugs.
@@ -156,6 +157,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"cannot replay: {exc}", file=sys.stderr)
         return 2
     suffix = args.output_suffix if args.output_suffix is not None else args.group
+    if args.compare and not suffix:
+        raise CliError("--compare needs the replay's outputs in '<topic>.<suffix>' copies: drop --output-suffix ''")
     env = secure_replay(args.run_dir, bootstrap, args.service, args.group, suffix)
     stops = prepare_replay(bootstrap, args.topic, args.group, args.from_, args.to)
     print(f"replaying {args.topic} {args.from_}..{args.to or 'end'} into group {args.group}"
@@ -167,7 +170,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replay finished with exit code {code}; log: {proc.log_path}")
     if code:
         print(proc.tail(), file=sys.stderr)
-    return code
+        return 2 if args.compare else code
+    if not args.compare:
+        return 0
+    from ops.diff_cli import compare_replay, report
+
+    return report(compare_replay(bootstrap, args.service, args.topic, args.from_, suffix, args.tolerance), args.json)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -333,6 +341,10 @@ def parser() -> argparse.ArgumentParser:
     _stack_parsers(sub)  # up, down, chaos, svc, feed
     add_control_parsers(sub, _bootstrap)  # control recalibrate|window N|pause|resume, report
     add_data_parsers(sub)  # data validate FILE...
+    from ops.diff_cli import add_parser as add_diff_parser
+    from ops.trace_cli import add_parser as add_trace_parser
+    add_trace_parser(sub, _bootstrap)  # trace ID
+    add_diff_parser(sub, _bootstrap)  # diff --original T --replayed T.suffix
     d = sub.add_parser("demo", help="a real RL run of the whole pipeline on this machine")
     d.add_argument("--minutes", type=float, default=8.0, help="minutes of RL (after the cold start and v0's evaluation)")
     d.add_argument("--curriculum", action="store_true",
@@ -377,6 +389,12 @@ def _topic_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--group", required=True, help="a fresh consumer group name")
     r.add_argument("--service", default="reward", help="which service consumes the range")
     r.add_argument("--output-suffix", default=None, help="outputs go to '<topic>.<suffix>' (default: the group)")
+    r.add_argument("--compare", action="store_true",
+                   help="then match the outputs with the live run's by trace and print what differs (flipped "
+                        "verdicts, other samples, the first step whose loss or weights differ); exit 0: nothing "
+                        "differs, 1: something does, 2: an error")
+    from ops.diff_cli import add_compare_flags
+    add_compare_flags(r)
     r.add_argument("service_args", nargs=argparse.REMAINDER, help="after --: the service's own flags")
     r.set_defaults(func=cmd_replay)
 
@@ -434,6 +452,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from confluent_kafka import KafkaException
     from kafka.errors import KafkaError, KafkaTimeoutError
 
     from m1flow.security.config import activate, from_env
@@ -450,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaTimeoutError:
         where = args.bootstrap or "the local broker"
         return _fail(f"cannot reach Kafka at {where}: is it running? (`m1flow kafka status`, `m1flow up`)")
-    except (BrokerError, KafkaError, TimeoutError, OSError, ValueError) as exc:
+    except (BrokerError, KafkaError, KafkaException, TimeoutError, OSError, ValueError) as exc:
         return _fail(f"{type(exc).__name__}: {exc}".splitlines()[0])
     except KeyboardInterrupt:
         return 130

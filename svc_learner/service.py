@@ -22,7 +22,8 @@ from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.rl.filling import BatchFiller
-from m1flow.rl.selection import Skipped
+from m1flow.rl.selection import (GROUP_LABEL, GROUP_SKIPPED, GROUP_TRAINED, LEFT_OUT_LABEL, Skipped,
+                                 left_out_label)
 from m1flow.runtime.service import Service
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, init_distributed, leave
@@ -70,8 +71,9 @@ class ScoredHandler(HandlerBase):
         self.skipped[skipped.reason] += 1
         self.skipped_since_step.append(skipped)
         SKIPPED.labels(skipped.reason).inc()
-        ctx.metric("learner/groups_skipped", self.skipped[skipped.reason], step=self.service.trainer.state.version,
-                   reason=skipped.reason)
+        ctx.metric(GROUP_SKIPPED, self.skipped[skipped.reason], step=self.service.trainer.state.version,
+                   reason=skipped.reason,
+                   **{GROUP_LABEL: skipped.group_id, LEFT_OUT_LABEL: left_out_label(skipped.counts)})
         log.debug("skipped group %s: %s %s", skipped.group_id, skipped.reason, skipped.counts)
 
     def tick(self, ctx: Context) -> None:
@@ -117,6 +119,9 @@ class ScoredHandler(HandlerBase):
             ctx.metric(f"learner/{name}", value, step=version)
         for m in per_source:
             ctx.metric(m.name, m.value, step=version, **m.labels)
+        for sel in selected:  # which groups made this version (m1flow trace reads them back)
+            ctx.metric(GROUP_TRAINED, len(sel.samples), step=version,
+                       **{GROUP_LABEL: sel.group_id, LEFT_OUT_LABEL: left_out_label(sel.counts)})
         log.info("step %s: %s", version, {k: round(v, 4) for k, v in stats.items()})
 
 

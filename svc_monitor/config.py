@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
 from svc_monitor.schedule import CurriculumConfig
 
@@ -108,6 +109,9 @@ class MonitorConfig(ServiceConfig):
     precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig,
+                                       description="the run's `algorithm:` (the learner's): the per-group page "
+                                                   "computes a group's advantages with it")
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig,
                                          description="stages, ramps and adaptive levels of the prompt mixture "
                                                      "(svc_monitor/schedule.py); empty: off")

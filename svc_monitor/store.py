@@ -310,3 +310,16 @@ class Store(Aggregates, Cursors):
             seen_groups = session.scalar(select(func.max(GroupRow.policy_version)))
         values = [v for v in (announced, seen, seen_groups) if v is not None]
         return max(values) if values else None
+
+    def recent_groups(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest scored groups (arrival order), each with what its row of the dashboard shows."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(GroupRow).order_by(GroupRow.seq.desc()).limit(limit)).all()
+        return [{"group_id": r.group_id, "policy_version": r.policy_version, "kind": r.kind, "source": r.source,
+                 "samples": r.samples, "judged": r.judged, "correct": r.correct,
+                 "mean_reward": r.reward_sum / r.samples if r.samples else None, "ts_ms": r.ts_ms} for r in rows]
+
+    def group_time(self, group_id: str) -> int | None:
+        """When the group was scored (its `scored` record's time), if the store holds it."""
+        with Session(self.engine) as session:
+            return session.scalar(select(GroupRow.ts_ms).where(GroupRow.group_id == group_id))

@@ -6,14 +6,9 @@ import grpc
 from m1flow.contracts import rpc, rpc_grpc
 from m1flow.security import grpc_tls as tls
 from m1flow.engines import ENGINES, known_engine  # noqa: F401 - `--engine` names for the operator
+from m1flow.trace.ids import group_id_for  # noqa: F401 - the group id, for the operator (ops/profile.py)
 
 ENGINE_NAMES: tuple[str, ...] = ENGINES.names()  # what `--engine` accepts (m1flow up, the demo, bench)
-
-
-def group_id_for(prompt_id: str, message_id: str) -> str:
-    """The group id a prompt's rollouts (and its ScoredGroup) carry: the prompt id and the prompt
-    message's id, so one prompt published twice under two message ids makes two groups."""
-    return f"{prompt_id}/{message_id[:8]}"
 
 
 def generate(address: str, prompt: str, n: int = 1, max_new_tokens: int = 0, temperature: float = 0.0,

@@ -7,6 +7,7 @@ import logging
 from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.runtime import logs
+from m1flow.trace.ids import rollout_id_for
 from m1flow.engines.base import Engine, GroupResult
 from m1flow.engines.prompts import prompt_text
 
@@ -21,7 +22,7 @@ def rollouts_for(prompt: events.Prompt, result: GroupResult, engine: Engine, run
     out = []
     with logs.trace(run_id=run_id, group_id=group_id):
         for i, sample in enumerate(result.samples):
-            rollout_id = f"{group_id}/{i}"
+            rollout_id = rollout_id_for(group_id, i)
             out.append(events.Rollout(
                 header=codec.header("rollout", run_id=run_id, group_id=group_id, rollout_id=rollout_id,
                                     policy_version=version, message_id=f"{rollout_id}@v{version}"),

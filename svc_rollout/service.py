@@ -32,7 +32,7 @@ from m1flow.runtime.service import Service
 from m1flow.sampling import seed_for
 from svc_rollout import metrics
 from svc_rollout.backpressure import Backlog, Backpressure
-from svc_rollout.client import group_id_for
+from m1flow.trace.ids import group_id_for
 from svc_rollout.config import GenerateCaps, RolloutConfig
 from svc_rollout.rollouts import rollouts_for
 

@@ -25,6 +25,24 @@ EQUAL_TOL = 1e-9
 TOO_FEW_USABLE = "too_few_usable"
 ALL_EQUAL = "all_rewards_equal"
 
+# What the learner says on `metrics` about each group, so a group's fate can be read back from the
+# topics (`m1flow trace`): trained in the step that made version `step` (value: samples trained), or
+# skipped while `step` was current (value: the running count of that reason, label `reason`). Both
+# name the group and the samples selection left out ("stale=2,infra_failure=1").
+GROUP_TRAINED = "learner/group_trained"
+GROUP_SKIPPED = "learner/groups_skipped"
+GROUP_LABEL, LEFT_OUT_LABEL = "group", "left_out"
+
+
+def left_out_label(counts: dict[str, int]) -> str:
+    """A group's left-out samples by reason, as one label value ("" when none)."""
+    return ",".join(f"{reason}={n}" for reason, n in sorted(counts.items()) if n)
+
+
+def parse_left_out(label: str) -> dict[str, int]:
+    """left_out_label read back."""
+    return {reason: int(n) for reason, _, n in (part.partition("=") for part in label.split(",") if part)}
+
 
 @dataclass(frozen=True)
 class Selected:

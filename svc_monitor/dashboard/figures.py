@@ -27,6 +27,7 @@ import plotly.io as pio
 from svc_monitor.config import MonitorConfig
 from svc_monitor.store import Store
 
+RECENT_GROUPS = 20  # the table of the newest scored groups, each linking to its story (/group?id=...)
 LAYOUT = dict(template="plotly_white", height=330, margin=dict(l=55, r=55, t=40, b=90),
               legend=dict(orientation="h", y=-0.32, x=0), hovermode="x unified")
 
@@ -111,7 +112,8 @@ class Figures:
                        **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
-                    "sources": self.source_table(), "status": self.status()}
+                    "sources": self.source_table(), "groups": self.store.recent_groups(RECENT_GROUPS),
+                    "status": self.status()}
 
     def status(self) -> dict[str, Any]:
         latest = self.store.latest_version()

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from svc_monitor.access import AccessToken, cookie_header, token_from_http
 from svc_monitor.config import MonitorConfig
@@ -19,6 +20,18 @@ from svc_monitor.store import Store
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
+GROUP_PAGE = Path(__file__).with_name("group.html")
+
+
+def group_story(cfg: MonitorConfig, group_id: str, scored_ms: int | None) -> dict[str, Any]:
+    """m1flow trace's story of a group, as JSON: read from the topics, around its scoring time when
+    the store knows it (a few partitions' minutes), else back from the end of its partitions."""
+    from m1flow.bus.seek import PartitionReader
+    from m1flow.trace.story import Tracer, TraceOptions
+
+    options = TraceOptions(around_ms=scored_ms, algorithm=cfg.algorithm)
+    with PartitionReader(cfg.bootstrap, client_id="m1flow-monitor-trace") as reader:
+        return Tracer(reader, options).tell(group_id).to_json()
 
 
 def plotly_js() -> bytes:
@@ -29,9 +42,12 @@ class Dashboard:
     def __init__(self, store: Store, cfg: MonitorConfig, state: Callable[[], dict[str, Any]] = dict,
                  token: AccessToken | None = None) -> None:
         self.token = token  # None: on loopback, open as before; else every path but /healthz needs it
+        self.store = store
+        self.cfg = cfg
         self.figures = Figures(store, cfg, state)
         self.page = PAGE.read_text().replace("{{REFRESH_MS}}", str(int(cfg.dashboard_refresh_s * 1000)))
         self.page = self.page.replace("{{RUN_ID}}", cfg.run_id)
+        self.group_page = GROUP_PAGE.read_text().replace("{{RUN_ID}}", cfg.run_id)
         self.js = plotly_js()
         self.server = ThreadingHTTPServer((cfg.dashboard_host, cfg.dashboard_port), self._handler())
         self.server.daemon_threads = True
@@ -54,8 +70,9 @@ class Dashboard:
 
 
 class DashboardHandler(BaseHTTPRequestHandler):
-    """GET /: the page; /static/plotly.min.js; /api/dashboard: the figures' data; /healthz. Beyond
-    loopback every path but /healthz needs the monitor's access token."""
+    """GET /: the page; /static/plotly.min.js; /api/dashboard: the figures' data; /group?id=G: one
+    group's story (its data from /api/group?id=G, m1flow.trace); /healthz. Beyond loopback every
+    path but /healthz needs the monitor's access token."""
 
     dashboard: Dashboard
 
@@ -69,6 +86,10 @@ class DashboardHandler(BaseHTTPRequestHandler):
             self._send(self.dashboard.js, "application/javascript", cache=True)
         elif path == "/api/dashboard":
             self._data()
+        elif path == "/group":
+            self._send(self.dashboard.group_page.encode(), "text/html; charset=utf-8")
+        elif path == "/api/group":
+            self._group(parse_qs(query).get("id", [""])[0])
         elif path == "/healthz":
             self._send(b"ok", "text/plain")
         else:
@@ -83,6 +104,20 @@ class DashboardHandler(BaseHTTPRequestHandler):
                        status=HTTPStatus.INTERNAL_SERVER_ERROR)
             return
         self._send(body, "application/json")
+
+    def _group(self, group_id: str) -> None:
+        """The group's story from the topics, searched around the time the store says it was scored."""
+        if not group_id:
+            self._send(b'{"error": "no ?id= given"}', "application/json", status=HTTPStatus.BAD_REQUEST)
+            return
+        try:
+            story = group_story(self.dashboard.cfg, group_id, self.dashboard.store.group_time(group_id))
+        except Exception as exc:  # noqa: BLE001 - the page shows it
+            log.exception("group %s: trace failed", group_id)
+            self._send(json.dumps({"error": repr(exc)}).encode(), "application/json",
+                       status=HTTPStatus.INTERNAL_SERVER_ERROR)
+            return
+        self._send(json.dumps(story, default=str).encode(), "application/json")
 
     def _admitted(self, path: str, query: str) -> bool:
         """A valid token passes; one in the URL sets the cookie and drops it from the URL."""

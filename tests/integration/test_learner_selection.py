@@ -3,9 +3,11 @@ version, a group cut short is dead-lettered without counting as applied (its who
 trains), an idle input flushes a partial batch, and a `scored` topic written with schema 1 (the
 fixture of tests/rl/test_legacy.py, raw bytes as that version wrote them) trains. The learner is
 configured by a YAML file with nested blocks (`algorithm:`, `train:`). A replay of the range then
-trains again what the live learner trained, from the version that produced it, in its own directory."""
+trains again what the live learner trained, from the version that produced it, in its own directory,
+and its comparison with the live run (`--compare`) finds nothing that differs."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -54,7 +56,7 @@ def learner_config(tmp_path) -> Path:
     return config
 
 
-def test_learner_skips_flushes_and_trains_schema_1_topics(tmp_path):
+def test_learner_skips_flushes_and_trains_schema_1_topics(tmp_path, capsys):
     template = v1_groups()[0]
     flat = [v2_group(f"flat{i}", [float(i % 2)] * 4, template) for i in range(5)]
     whole = v2_group("late", [1.0, 0.0, 0.0, 1.0], template)
@@ -75,8 +77,9 @@ def test_learner_skips_flushes_and_trains_schema_1_topics(tmp_path):
         proc = launch("learner", tmp_path, bootstrap, ["--config", str(config), "--init-checkpoint", str(policy)])
         the_cut_group_is_dead_lettered_and_nothing_trains(bootstrap, tmp_path, proc)
         state = the_schema_1_groups_train_and_the_whole_copy_too(producer, bootstrap, tmp_path, flat, whole, proc)
+        a_trace_reads_each_groups_fate_back(bootstrap, capsys)
         proc.stop()
-        a_replay_of_the_range_makes_the_same_versions(tmp_path, bootstrap, config, len(flat), state)
+        a_replay_of_the_range_makes_the_same_versions(tmp_path, bootstrap, config, len(flat), state, capsys)
     finally:
         if proc is not None:
             proc.stop()
@@ -122,16 +125,34 @@ def the_schema_1_groups_train_and_the_whole_copy_too(producer: Producer, bootstr
     return state
 
 
+def a_trace_reads_each_groups_fate_back(bootstrap: str, capsys: Any) -> None:
+    """`m1flow trace` of groups written straight to `scored` (no prompt, no rollouts): the learner's
+    per-group metrics say which step trained one and why another was skipped."""
+    def story(gid: str) -> dict:
+        capsys.readouterr()
+        assert main(["--bootstrap", bootstrap, "trace", gid, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+    late, flat = story("late"), story("flat0")
+    assert (late["learner"]["status"], late["learner"]["version"]) == ("trained", 4)
+    assert late["scored"]["at"]["topic"] == "scored" and late["prompt"] is None
+    assert (flat["learner"]["status"], flat["learner"]["reason"]) == ("skipped", "all_rewards_equal")
+
+
 def a_replay_of_the_range_makes_the_same_versions(tmp_path: Path, bootstrap: str, config: Path, flat: int,
-                                                  state: Any) -> None:
+                                                  state: Any, capsys: Any) -> None:
     """A replay of the range before "late" starts from the live v0 (the version that produced the
     range), writes only its own checkpoints and makes the live run's v1..v3 again."""
     live = sorted((p.name, p.stat().st_mtime) for p in checkpoints(tmp_path).iterdir())
     end = flat + 1 + len(v1_records())  # "late" sits at this offset
     code = main(["--run-dir", str(tmp_path), "--bootstrap", bootstrap, "replay", "--topic", "scored",
-                 "--from", "0", "--to", str(end), "--group", "replay-l", "--service", "learner",
-                 "--", "--config", str(config)])
-    assert code == 0
+                 "--from", "0", "--to", str(end), "--group", "replay-l", "--service", "learner", "--compare",
+                 "--json", "--", "--config", str(config)])
+    out = capsys.readouterr().out
+    assert code == 0, out  # --compare: v0..v3 match the live run's, loss by loss and weights by weights
+    compared = json.loads(out[out.index("\n{") + 1:])
+    assert compared["versions"] == [0, 1, 2, 3] and compared["first"] is None
+    assert [(s["weights"], s["loss_replay"] is not None) for s in compared["steps"]] == [
+        ("equal", False), ("equal", True), ("equal", True), ("equal", True)]
     assert sorted((p.name, p.stat().st_mtime) for p in checkpoints(tmp_path).iterdir()) == live
     replayed = tmp_path / "replays" / "replay-l" / "learner"
     assert sorted(p.name for p in replayed.glob("v*")) == [f"v{v:06d}" for v in range(4)]
