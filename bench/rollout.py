@@ -89,7 +89,7 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
     both sides (the service's max_inflight_groups)."""
     from m1flow.bus import Producer, codec
     from m1flow.bus.admin import ensure_topics
-    from m1flow.bus.topics import POLICY, POLICY_KEY
+    from m1flow.bus.topics import POLICY, policy_key
     from ops.kafka import Broker
     from kafka import KafkaConsumer
 
@@ -107,7 +107,8 @@ def service_vs_bare(model: Path, texts: list[str], n: int, tokens: int, window: 
     try:
         ensure_topics(bootstrap)
         producer = Producer(bootstrap, "bench")
-        producer.send(POLICY, POLICY_KEY, announce(model))
+        policy = announce(model)
+        producer.send(POLICY, policy_key(policy), policy)
         producer.flush()
         proc = launch("rollout", run, bootstrap, [
             "--engine", "vllm", "--vllm", f'{{"max_num_seqs": {window * n}}}', "--group-size", str(n),

@@ -27,75 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import urlparse
 
 from m1flow import checkpoint
 from m1flow.store_config import StoreConfig
+# the URIs, parsed without torch (m1flow.uris); callers name them store.within, store.root_uri, ...
+from m1flow.uris import SCHEMES, UriError, child, is_remote, root_uri, scheme, split_s3, within  # noqa: F401
 
 log = logging.getLogger(__name__)
-SCHEMES = ("file", "s3")
-
-
-# ---- URIs ----------------------------------------------------------------------------------
-def scheme(uri: str | Path) -> str:
-    """'file' for a file:// URI or a plain path, else the URI's scheme (refused unless in SCHEMES)."""
-    parsed = urlparse(str(uri))
-    kind = parsed.scheme or "file"
-    if kind not in SCHEMES:
-        raise checkpoint.PolicyLoadError(f"unsupported checkpoint URI scheme {kind!r} in {uri}")
-    return kind
-
-
-def is_remote(uri: str | Path) -> bool:
-    return scheme(uri) != "file"
-
-
-def root_uri(root: str | Path) -> str:
-    """A checkpoint root as a normal URI: a path (relative ones from here) as file://, s3:// as given
-    without a trailing slash."""
-    if scheme(root) == "file":
-        return checkpoint.uri_for(checkpoint.path_of(root))
-    bucket, key = split_s3(str(root))
-    return f"s3://{bucket}/{key}".rstrip("/")
-
-
-def split_s3(uri: str) -> tuple[str, str]:
-    """(bucket, key) of an s3:// URI; a key with empty, '.' or '..' segments is refused, since the
-    roots check compares segments and a store could resolve them."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise checkpoint.PolicyLoadError(f"not an s3://bucket/key URI: {uri}")
-    key = parsed.path.lstrip("/").rstrip("/")
-    if parsed.query or parsed.fragment or any(s in ("", ".", "..") for s in key.split("/") if key):
-        raise checkpoint.PolicyLoadError(f"refusing s3 URI with an unusual key: {uri}")
-    return parsed.netloc, key
-
-
-def child(root: str, name: str) -> str:
-    return f"{root.rstrip('/')}/{name}"
-
-
-def within(uri: str, roots: list[str]) -> bool:
-    """Whether `uri` names a location under one of `roots` (normal URIs, see root_uri): a file path
-    after resolving symlinks and '..', an s3 key by whole segments in the same bucket."""
-    kind = scheme(uri)
-    if kind == "file":
-        where = checkpoint.path_of(uri).resolve()
-        for root in roots:
-            if scheme(root) == "file":
-                base = checkpoint.path_of(root)
-                if where == base or base in where.parents:
-                    return True
-        return False
-    bucket, key = split_s3(uri)
-    parts = key.split("/")
-    for root in roots:
-        if scheme(root) == "s3":
-            root_bucket, root_key = split_s3(root)
-            prefix = root_key.split("/") if root_key else []
-            if root_bucket == bucket and parts[:len(prefix)] == prefix:
-                return True
-    return False
 
 
 # ---- the object store ----------------------------------------------------------------------

@@ -11,7 +11,8 @@ On the host, under the cluster's secrets folder (`ClusterConfig.secrets_dir`; de
                broker:  `bundle.pem` (key + certificate: the Java PEM keystore, 0600) and
                         `client.properties` (TLS settings of its health check; paths only)
                learner: `sign.key` (its Ed25519 announcement key, 0600)
-               rollout: `sign.pub` (the learner's public key it verifies announcements with)
+               rollout, eval, source, monitor: `sign.pub` (the learner's public key: every consumer of
+                        `policy` verifies each announcement with it before acting on it)
 
 A container thus holds its own key and no other: a compromised reward container has the reward
 principal's rights (ops/acls.py) and nothing else. The folders are copies of ca/ refreshed
@@ -60,6 +61,9 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+POLICY_CONSUMERS = ("rollout", "eval", "source", "monitor")  # the readers of `policy` (ops/acls.py)
+
+
 def make_secrets(folder: str | Path) -> Path:
     """The CA, one identity per principal and the per-container folders under `folder` (made on
     first call; the CA and identities reused after). Returns the folder, resolved."""
@@ -80,7 +84,7 @@ def make_secrets(folder: str | Path) -> Path:
             (own / "client.properties").write_text(CLIENT_PROPERTIES)
         if name == "learner":
             write_private(own / "sign.key", sign_private.read_bytes())
-        if name in ("rollout", "eval"):  # both load the weights an announcement names
+        if name in POLICY_CONSUMERS:  # each acts on announcements: only on those the learner signed
             shutil.copyfile(sign_public, own / "sign.pub")
     return root
 

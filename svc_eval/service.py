@@ -123,7 +123,8 @@ class EvalService(Service, name="eval", config=EvalConfig):
             group_size=max(cfg.samples for cfg, _ in self.sets.values())))
         self.engine.policies = store.PolicyCache(
             config.store, config.store.cache_dir or config.run_dir / "eval" / f"policy-cache-{config.replica}")
-        self.versions = Versions(self.engine, Guard(config.security))
+        self.guard = Guard(config.security)  # asked of every `policy` record before anything reads it
+        self.versions = Versions(self.engine)
         self.done: set[str] = set()  # result keys on `evals` (read back at start, then as published)
         self.queue: deque[Job] = deque()
         self.active: Job | None = None
@@ -138,8 +139,9 @@ class EvalService(Service, name="eval", config=EvalConfig):
             if message.run_id == cfg.run_id:
                 self.done.add(result_key(message.run_id, message.set, message.policy_version))
         for message in read_to_end(cfg, POLICY, self.group_id, self.stop):
-            if message.header.trace.run_id in ("", cfg.run_id):
-                self.versions.announced[message.version] = message
+            # counted when the worker reads it (or by the process that did, before a restart)
+            if message.header.trace.run_id in ("", cfg.run_id) and self.guard.admits(message, count=False):
+                self.versions.add(message)
         log.info("%s result(s) of run %s already on %s; %s policy version(s) announced so far",
                  len(self.done), cfg.run_id, evals.name, len(self.versions.announced))
         self.stream = self.worker(EvalHandler(self), max_records=64)
@@ -150,7 +152,9 @@ class EvalService(Service, name="eval", config=EvalConfig):
         if message.header.trace.run_id not in ("", cfg.run_id):
             return  # another run's learner or person on a shared broker: not this run's versions
         if isinstance(message, events.PolicyVersion):
-            self.versions.announced[message.version] = message
+            if not self.guard.admits(message):
+                return  # refused (counted): no candidate, no job, nothing on `metrics`
+            self.versions.add(message)
             if message.version % cfg.every_versions == 0:
                 self._enqueue(Job(message.version, SCHEDULE, list(self.sets), [record]), ctx)
             return
@@ -251,7 +255,7 @@ class EvalService(Service, name="eval", config=EvalConfig):
     def _publish(self, ctx: Context) -> None:
         cfg, run, job = self.config, self.current, self.active
         set_cfg, _ = self.sets[run.name]
-        result = run.result(cfg.run_id, self.versions.announced[job.version], engine=self.engine.name,
+        result = run.result(cfg.run_id, self.versions.held, engine=self.engine.name,
                             temperature=cfg.temperature, top_p=cfg.top_p,
                             max_new_tokens=set_cfg.max_new_tokens or cfg.max_new_tokens, trigger=job.trigger,
                             resamples=cfg.resamples)

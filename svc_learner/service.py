@@ -19,7 +19,7 @@ from prometheus_client import Counter as PromCounter
 from m1flow.accounting import SourceKindLabels
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
-from m1flow.bus.topics import POLICY, POLICY_KEY, SCORED
+from m1flow.bus.topics import POLICY, SCORED, policy_key
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.rl.filling import BatchFiller
 from m1flow.rl.selection import (GROUP_LABEL, GROUP_SKIPPED, GROUP_TRAINED, LEFT_OUT_LABEL, Skipped,
@@ -114,7 +114,8 @@ class ScoredHandler(HandlerBase):
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
         self.skipped_since_step = []
         version = trainer.state.version
-        ctx.emit(POLICY, POLICY_KEY, trainer.announcement(self.service.config.run_id))
+        announcement = trainer.announcement(self.service.config.run_id)
+        ctx.emit(POLICY, policy_key(announcement), announcement)
         for name, value in stats.items():
             ctx.metric(f"learner/{name}", value, step=version)
         for m in per_source:
@@ -159,7 +160,8 @@ class LearnerService(Service, name="learner", config=LearnerServiceConfig):
     def start(self) -> None:
         self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
                                   max_records=16)
-        self.stream.producer.send(POLICY, POLICY_KEY, self.trainer.announcement(self.config.run_id))
+        announcement = self.trainer.announcement(self.config.run_id)  # again: compaction may have lost it
+        self.stream.producer.send(POLICY, policy_key(announcement), announcement)
         self.stream.producer.flush()
 
     def shutdown(self) -> None:

@@ -18,6 +18,7 @@ from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.topics import CONTROL, DLQ, EVALS, METRICS, POLICY, ROLLOUTS, SCORED
 from m1flow.contracts import events, rpc_grpc
 from m1flow.runtime.service import Service
+from m1flow.security.announcements import Guard
 from svc_monitor import adapters
 from svc_monitor.access import AccessToken, is_loopback
 from svc_monitor.actuator import Actuator
@@ -59,7 +60,8 @@ class MonitorHandler(HandlerBase):
             except Exception:  # noqa: BLE001 - dead-lettering a dead letter would feed `dlq` to itself
                 log.exception("could not record dead letter %s", record.position)
         elif isinstance(message, events.PolicyVersion):
-            b.policies.append(adapters.policy_row(message, ts))
+            if self.monitor.guard.admits(message):  # a refused one is counted, not stored: no version, no staleness
+                b.policies.append(adapters.policy_row(message, ts))
         elif isinstance(message, events.EvalResult):
             b.evals.append(adapters.eval_row(message, ts))
 
@@ -100,6 +102,7 @@ class MonitorService(Service, name="monitor", config=MonitorConfig):
         self.controller = Controller(self.store, config)
         self.actuator = Actuator(self.store, config.run_id)
         self.operations = OperationsRule(config.ops)
+        self.guard = Guard(config.security)  # what the learner signed, as every consumer of `policy` checks
         try:
             self.token = AccessToken.resolve(
                 config.access_token.get_secret_value() if config.access_token else None, config.access_token_file,

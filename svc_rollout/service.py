@@ -97,7 +97,7 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         self.engine = engines.build(config)
         self.engine.policies = store.PolicyCache(
             config.store, config.store.cache_dir or config.run_dir / "rollout" / f"policy-cache-{config.replica}")
-        self.policy = PolicyFollower(config.policy_retry_s, Guard(config.security))
+        self.policy = PolicyFollower(config.policy_retry_s)
         self.window = config.max_new_tokens
         self.paused = False
         self.pending: dict[str, tuple[events.Prompt, Record]] = {}  # group id -> its prompt, held
@@ -113,13 +113,15 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         cfg = self.config
         watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"rollout-{cfg.replica}-watch",
                                group_id=self.group_id, client=cfg.kafka_client)
-        self.control = ControlFollower(watcher, CommandRule(cfg.run_id, COMMANDS))
+        # an announcement the guard refuses never reaches apply(): no backpressure change, no load
+        self.control = ControlFollower(watcher, CommandRule(cfg.run_id, COMMANDS), Guard(cfg.security).admits)
         backlog = None if cfg.replaying else Backlog(cfg.bootstrap, cfg.reward_group, cfg.learner_group)
         self.backpressure = Backpressure(backlog, cfg.max_ahead_versions, cfg.learner_batch_groups, cfg.group_size,
                                          margin_sd=cfg.batch_margin_sd)
         if cfg.pinned_policy:  # a replay samples with the version its range was sampled with
+            # the process's own configuration names it, not a record: nothing to check
             self.policy.announce(events.PolicyVersion(version=cfg.pinned_policy_version,
-                                                      checkpoint_uri=cfg.pinned_policy), trusted=True)
+                                                      checkpoint_uri=cfg.pinned_policy))
         self._catch_up()
         waited = time.monotonic()
         while self.engine.version < 0 and not self.stop.is_set():
@@ -144,8 +146,9 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         self.apply(self.control.poll(timeout_ms))
 
     def apply(self, messages: list) -> None:
-        """Take the newest announced policy and the control commands, in order; load a due policy
-        once no group is part-way decoded (a batch engine's queued groups then take the new one)."""
+        """Take the newest announced policy and the control commands, in order (the announcements
+        the guard admitted only: ControlFollower); load a due policy once no group is part-way
+        decoded (a batch engine's queued groups then take the new one)."""
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
                 if msg.batch_groups:

@@ -28,6 +28,7 @@ from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, SCORED, SOURCE_STATE
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 from m1flow.runtime.service import Service
+from m1flow.security.announcements import Guard
 from svc_source import metrics
 from svc_source.commands import Commands
 from svc_source.config import SourceConfig
@@ -95,12 +96,14 @@ class SourceService(Service, name="source", config=SourceConfig):
         self.commands.start(self.control.catch_up(after=self.draws.mixture.command_id))
 
     def _control(self) -> ControlFollower:
-        """`policy` and `control`: a replay follows the original run's mixtures, not today's commands."""
+        """`policy` (the announcements the guard admits) and `control`: a replay follows the original
+        run's mixtures, not today's commands."""
         cfg = self.config
         watcher = TopicWatcher(cfg.bootstrap, (POLICY, CONTROL), f"source-{cfg.replica}-watch",
                                group_id=self.group_id, client=cfg.kafka_client)
         handles = {"set_window"} if self.replaying else {"set_window", "set_mixture"}
-        return ControlFollower(watcher, CommandRule(cfg.run_id, frozenset(handles)))
+        # an announcement the guard refuses never reaches the commands: the lead keeps its batch
+        return ControlFollower(watcher, CommandRule(cfg.run_id, frozenset(handles)), Guard(cfg.security).admits)
 
     def _judging(self, records: dict[str, events.SourceState]) -> None:
         """A replay's schedule of mixtures; else the online difficulty filter, when enabled."""

@@ -2,8 +2,10 @@
 
 Every service that takes commands (svc_source: set_mixture, set_window; svc_rollout: set_window,
 pause, resume; svc_reward: recalibrate) reads `control` from its beginning with a TopicWatcher, by
-assignment, so that every replica sees every command (`policy` may be read beside it: policy
-announcements pass through untouched). A command applies when
+assignment, so that every replica sees every command (`policy` may be read beside it: a policy
+announcement passes through only when the service's check admits it, m1flow.security.announcements;
+a refused one is dropped here, counted by the check, and nothing downstream sees it). A command
+applies when
 
 * the service handles it: its kind (Control's `command` oneof) is one of `handles` (a replay may
   handle fewer: a replaying source follows the original run's mixtures, not today's commands);
@@ -19,7 +21,7 @@ announcements pass through untouched). A command applies when
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -58,10 +60,11 @@ class CommandRule:
 
 class ControlFollower:
     """A service's view of `control` through its watcher: the commands its rule applies, in order,
-    and the other topics' messages (policy versions) as they come."""
+    and the policy versions `admits` lets through (all, when none is given), as they come."""
 
-    def __init__(self, watcher: TopicWatcher, rule: CommandRule) -> None:
-        self.watcher, self.rule = watcher, rule
+    def __init__(self, watcher: TopicWatcher, rule: CommandRule,
+                 admits: Callable[[events.PolicyVersion], bool] | None = None) -> None:
+        self.watcher, self.rule, self.admits = watcher, rule, admits
 
     def poll(self, timeout_ms: int = 0) -> list[Message]:
         """What arrived since the last poll (WatchError: the broker did not answer; poll again)."""
@@ -69,16 +72,27 @@ class ControlFollower:
 
     def catch_up(self, after: str = "") -> list[Message]:
         """The history up to the topics' end (TimeoutError: not reached; try again); with `after`,
-        only what came after that command, when the history holds it."""
+        only the commands that came after that one, when the history holds it (every policy
+        announcement still: the watcher keeps each topic's own order, not one across topics)."""
         history = self.watcher.catch_up()
         if after:
-            ids = [m.header.message_id if isinstance(m, events.Control) else "" for m in history]
+            commands = [m for m in history if isinstance(m, events.Control)]
+            ids = [m.header.message_id for m in commands]
             if after in ids:
-                history = history[ids.index(after) + 1:]
+                done = {id(m) for m in commands[:ids.index(after) + 1]}
+                history = [m for m in history if id(m) not in done]
         return self.kept(history)
 
     def kept(self, messages: Iterable[Message]) -> list[Message]:
-        return [m for m in messages if not isinstance(m, events.Control) or self.rule.applies(m)]
+        """The commands the rule applies and the announcements the check admits, in order."""
+        return [m for m in messages if self._keeps(m)]
+
+    def _keeps(self, message: Message) -> bool:
+        if isinstance(message, events.Control):
+            return self.rule.applies(message)
+        if isinstance(message, events.PolicyVersion):
+            return self.admits is None or self.admits(message)
+        return True
 
     def close(self) -> None:
         self.watcher.close()

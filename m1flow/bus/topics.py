@@ -31,7 +31,8 @@ ROLLOUTS = TopicSpec("rollouts", events.Rollout, "group_id", partitions=4)
 # One partition: the learner (a single consumer) then sees groups in one total order, so its batches
 # and therefore its weights are reproducible after a crash and restart.
 SCORED = TopicSpec("scored", events.ScoredGroup, "group_id", partitions=1)
-POLICY = TopicSpec("policy", events.PolicyVersion, "constant", partitions=1, compacted=True)
+# Compacted under one key per announced weights (policy_key), not one key for the topic: see policy_key.
+POLICY = TopicSpec("policy", events.PolicyVersion, "v<version>/<sha256>", partitions=1, compacted=True)
 CONTROL = TopicSpec("control", events.Control, "command", partitions=1)
 METRICS = TopicSpec("metrics", events.Metric, "service", partitions=2)
 DLQ = TopicSpec("dlq", events.DeadLetter, "source topic", partitions=1)
@@ -45,8 +46,25 @@ EVALS = TopicSpec("evals", events.EvalResult, "run/set/v<version>", partitions=1
 
 ALL_TOPICS: tuple[TopicSpec, ...] = (PROMPTS, ROLLOUTS, SCORED, POLICY, CONTROL, METRICS, DLQ, SOURCE_STATE, EVALS)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL_TOPICS}
+# The state topics every replica applies in order (m1flow.bus.watch): the order is the broker's
+# offsets, never a timestamp a sender wrote, so each must stay one partition.
+ONE_PARTITION = frozenset({POLICY.name, CONTROL.name})
 
-POLICY_KEY = b"policy"
+
+def policy_key(policy: events.PolicyVersion) -> bytes:
+    """The record key of an announcement: its version and the SHA-256 of its weights.
+
+    `policy` is compacted, and compaction keeps the newest record of each key. Under one key for the
+    whole topic (as before), a record written last, forged or failing to load, became after compaction
+    all a restarting consumer found: the genuine announcements were gone. Under one key per (version,
+    weights) a record displaces only the one record of its own key: every other genuine announcement
+    survives, and a restarting replica loads the newest one it admits (m1flow.security.announcements)
+    and can load (m1flow.policy_follower). A writer of `policy` can still overwrite or delete
+    (tombstone) a key it names, the newest genuine one included: the ACLs keep such writers out, the
+    learner re-announces its version whenever it starts, and a replica holding weights keeps them
+    (docs/security.md). The price: the topic keeps one record (about 1 KB) per learner step.
+    """
+    return f"v{policy.version}/{policy.sha256}".encode()
 
 
 class TopicLayout(BaseModel):
@@ -65,6 +83,9 @@ class TopicLayout(BaseModel):
                 raise ValueError(f"topics.partitions: unknown topic {name!r}; known: {', '.join(BY_NAME)}")
             if count < 1:
                 raise ValueError(f"topics.partitions.{name}: must be at least 1, got {count}")
+            if name in ONE_PARTITION and count != 1:
+                raise ValueError(f"topics.partitions.{name}: must be 1, got {count} (its records are applied "
+                                 "in the broker's order, which only one partition has)")
         return value
 
     def apply(self, spec: TopicSpec) -> TopicSpec:

@@ -48,7 +48,14 @@ class TopicWatcher:
         self._next: dict[TP, int] = {}  # the offset after the last record read, per partition
 
     def poll(self, timeout_ms: int = 0) -> list[Message]:
-        """Messages that arrived since the last poll, oldest first; undecodable ones are logged and skipped."""
+        """Messages that arrived since the last poll, each partition's in the broker's order (its
+        offsets); undecodable ones are logged and skipped.
+
+        Never re-sorted by anything a sender wrote: ordering by the header's `created_unix_ms` (as
+        before) let whoever wrote a record place it before or after the others (a `policy` record
+        stamped in the future was applied last, whatever came after it). Offsets are the broker's.
+        Across topics there is no order to keep: what `policy` and `control` set is independent
+        (m1flow.bus.control)."""
         out: list[Message] = []
         try:
             fetched = self.consumer.poll(timeout_ms, 500)
@@ -61,7 +68,6 @@ class TopicWatcher:
                     out.append(codec.decode(rec.value, self.specs[topic].value_type))
                 except codec.CodecError as exc:
                     log.warning("skipping undecodable %s/%s@%s: %s", topic, partition, rec.offset, exc)
-        out.sort(key=lambda m: m.header.created_unix_ms)
         return out
 
     def catch_up(self, timeout_s: float = 60.0) -> list[Message]:
@@ -77,7 +83,6 @@ class TopicWatcher:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"state topics not read to their end within {timeout_s:.0f}s: {behind}")
             out += self.poll(timeout_ms=200)
-        out.sort(key=lambda m: m.header.created_unix_ms)
         return out
 
     def _ends(self, deadline: float, timeout_s: float) -> dict[TP, int]:

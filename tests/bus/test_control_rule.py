@@ -1,13 +1,15 @@
 """The one rule for which `control` commands a service applies (m1flow.bus.control), and the follower
 the source, the rollout and the reward service read `control` through: the commands of the kinds a
 service handles, of its run or of none (a person's), settings from the whole history, actions only
-from this process's life; a restored service reads the history after the command it names."""
+from this process's life; a restored service reads the history after the command it names; the
+`policy` announcements beside them only when the service's check admits them."""
 from __future__ import annotations
 
 import pytest
 
 from m1flow.bus import codec
 from m1flow.bus.control import ACTIONS, SETTINGS, CommandRule, ControlFollower
+from m1flow.bus.topics import BY_NAME, TopicLayout
 from m1flow.contracts import events
 
 STARTED = 1_000_000
@@ -85,8 +87,35 @@ def test_the_follower_keeps_what_its_rule_applies_passes_policies_and_resumes_af
     watcher = History([old_mixture, policy, in_force, other_run, newer], [command("pause"), newer])
     follower = ControlFollower(watcher, SOURCE)
     assert follower.catch_up() == [old_mixture, policy, in_force, newer]
-    assert follower.catch_up(after="m2") == [newer]  # restored up to m2: what came after it
+    # restored up to m2: the commands after it, and every announcement (its own topic, not ordered against `control`)
+    assert follower.catch_up(after="m2") == [policy, newer]
     assert follower.catch_up(after="gone") == [old_mixture, policy, in_force, newer]  # compacted away: all
     assert follower.poll() == [newer]  # the rollout's pause is not the source's
     follower.close()
     assert watcher.closed
+
+
+def test_the_follower_passes_on_only_the_announcements_its_check_admits():
+    """The check runs once per record, before the service sees it: a refused announcement never
+    reaches the source's lead or the rollout's backpressure."""
+    genuine = events.PolicyVersion(header=codec.header("learner"), version=3, batch_groups=8)
+    forged = events.PolicyVersion(header=codec.header("learner"), version=1_000_030, batch_groups=1_000_000)
+    asked = []
+
+    def admits(policy: events.PolicyVersion) -> bool:
+        asked.append(policy.version)
+        return policy.batch_groups < 1000
+
+    pause = command("pause")
+    follower = ControlFollower(History([genuine, forged, pause], [forged, genuine]), ROLLOUT, admits)
+    assert follower.catch_up() == [genuine, pause]
+    assert follower.poll() == [genuine]
+    assert asked == [3, 1_000_030, 1_000_030, 3]
+
+
+@pytest.mark.parametrize("topic", ["policy", "control"])
+def test_the_state_topics_stay_one_partition(topic: str):
+    """Their records are applied in the broker's order (offsets), which only one partition has."""
+    assert TopicLayout(partitions={topic: 1}).apply(BY_NAME[topic]).partitions == 1
+    with pytest.raises(ValueError, match=f"topics.partitions.{topic}: must be 1"):
+        TopicLayout(partitions={topic: 2})

@@ -51,6 +51,19 @@ def objects(server, prefix: str) -> list[str]:
     return sorted(m["path"] for batch in obstore.list(client, prefix=prefix) for m in batch)
 
 
+class GuardedFollower(PolicyFollower):
+    """A replica's policy follower behind its guard, as svc_rollout wires them (its ControlFollower
+    passes on only what the guard admits)."""
+
+    def __init__(self, guard: Guard) -> None:
+        super().__init__(retry_s=0)
+        self.guard = guard
+
+    def announce(self, policy: events.PolicyVersion) -> None:
+        if self.guard.admits(policy):
+            super().announce(policy)
+
+
 def refused(reason: str) -> float:
     return REFUSED.labels(reason)._value.get()
 
@@ -93,7 +106,7 @@ def a_rollout_on_another_node_loads(announced: events.PolicyVersion, trainer: Tr
     engine = HFEngine(batch_groups=1, group_size=2, device="cpu")
     engine.policies = store.PolicyCache(rollout_store, tmp_path / "rollout-node" / "cache")
     guard = Guard(SecurityConfig(checkpoint_roots=[f"s3://{s3_server.bucket}/run1"], policy_verify_key=public))
-    follower = PolicyFollower(retry_s=0, guard=guard)
+    follower = GuardedFollower(guard)
     follower.announce(announced)
     assert follower.load_if_due(engine) and engine.version == 1
     cached = list((tmp_path / "rollout-node" / "cache").iterdir())

@@ -1,4 +1,4 @@
-"""The checkpoint roots as URI prefixes (m1flow.store.within): a folder contains what lies under it
+"""The checkpoint roots as URI prefixes (m1flow.uris.within, also store.within): a folder contains what lies under it
 after resolving '..', an s3 prefix contains keys by whole segments in its own bucket, and anything
 else (another scheme, a key with '..') is outside. No server needed."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from m1flow import store
-from m1flow.checkpoint import PolicyLoadError, uri_for
+from m1flow.checkpoint import uri_for
+from m1flow.uris import UriError
 from m1flow.security.config import SecurityConfig
 
 
@@ -30,9 +31,9 @@ def test_s3_roots_contain_keys_by_whole_segments_in_their_bucket() -> None:
     assert not store.within("file:///run1/ckpt/v000001", roots)
     for bad in ("s3://m1flow/run1/ckpt/../../x", "s3://m1flow/run1/ckpt/./v1", "s3://m1flow/run1//ckpt/v1",
                 "s3:///run1/ckpt", "s3://m1flow/run1/ckpt/v1?versionId=3"):
-        with pytest.raises(PolicyLoadError):
+        with pytest.raises(UriError):
             store.within(bad, roots)
-    with pytest.raises(PolicyLoadError):
+    with pytest.raises(UriError):
         store.within("gs://m1flow/run1/ckpt/v1", roots)
     assert store.within("s3://m1flow/anything", [store.root_uri("s3://m1flow")])  # a whole bucket
 

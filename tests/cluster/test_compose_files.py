@@ -112,7 +112,7 @@ def test_topic_layout_reaches_every_service_only_when_given(compose, docker_engi
 def test_secure_override_gives_each_container_only_its_own_identity(docker_engine, tmp_path):
     """docker-compose.secure.yml: the broker TLS-only with client certificates and the authorizer, the
     init job before every Kafka service, each container its own folder (read-only) and a block naming it."""
-    from ops.cluster_secure import MOUNT, make_secrets
+    from ops.cluster_secure import MOUNT, POLICY_CONSUMERS, make_secrets
 
     secrets = make_secrets(tmp_path / "secrets")
     got = config("docker-compose.yml", "docker-compose.secure.yml", M1FLOW_SECRETS_DIR=str(secrets))["services"]
@@ -143,7 +143,10 @@ def test_secure_override_gives_each_container_only_its_own_identity(docker_engin
     assert grpc_methods()["/m1flow.v1.SandboxService/Execute"] == ["reward"]
     assert blocks["rollout"]["checkpoint_roots"] == ["/data/run/learner/checkpoints"]  # not the whole run volume
     assert blocks["learner"]["policy_signing_key"] == f"{MOUNT}/sign.key"
-    assert blocks["rollout"]["policy_verify_key"] == f"{MOUNT}/sign.pub"
+    for name in POLICY_CONSUMERS:  # every consumer of `policy` acts only on what the learner signed
+        assert blocks[name]["policy_verify_key"] == f"{MOUNT}/sign.pub", name
+        assert blocks[name]["checkpoint_roots"] == ["/data/run"], name
+        assert (secrets / name / "sign.pub").is_file(), name
     assert all("policy_signing_key" not in b for name, b in blocks.items() if name != "learner")
     # what each folder holds on the host: its own key and no other, keys owner-only
     assert sorted(p.name for p in (secrets / "reward").iterdir()) == ["ca.pem", "cert.pem", "key.pem"]

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import json_format
 
 from m1flow.bus import Producer, codec
-from m1flow.bus.topics import CONTROL, EVALS, POLICY, POLICY_KEY
+from m1flow.bus.topics import CONTROL, EVALS, POLICY, policy_key
 from m1flow.checkpoint import uri_for, weights_sha256
 from m1flow.contracts import events
 from ops.control_cli import control_command
@@ -36,9 +36,9 @@ def settings(tmp_path: Path, sets: list[dict], **extra) -> list[str]:
 
 
 def announce(producer: Producer, run: str, version: int, directory: Path, sha: str) -> None:
-    producer.send(POLICY, POLICY_KEY, events.PolicyVersion(
-        header=codec.header("test", run_id=run, policy_version=version), version=version,
-        checkpoint_uri=uri_for(directory), sha256=sha))
+    policy = events.PolicyVersion(header=codec.header("test", run_id=run, policy_version=version), version=version,
+                                  checkpoint_uri=uri_for(directory), sha256=sha)
+    producer.send(POLICY, policy_key(policy), policy)
 
 
 def results(bootstrap: str, run: str, topic: str = "evals") -> list[dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from m1flow.bus import Producer, codec
-from m1flow.bus.topics import POLICY, POLICY_KEY
+from m1flow.bus.topics import POLICY, policy_key
 from m1flow.contracts import events
 from m1flow.checkpoint import uri_for, weights_sha256
 from ops.stack import Stack
@@ -20,7 +20,7 @@ from tests.integration.helpers import wait_for
 def announce(producer: Producer, version: int, directory: Path, sha: str = "") -> None:
     msg = events.PolicyVersion(header=codec.header("test", policy_version=version), version=version,
                                checkpoint_uri=uri_for(directory), sha256=sha)
-    producer.send(POLICY, POLICY_KEY, msg)
+    producer.send(POLICY, policy_key(msg), msg)
 
 
 def loaded(stack: Stack, version: int) -> bool:
