@@ -62,7 +62,10 @@ class Run:
         self.stack = stack
         self.learner = Producer(stack.bootstrap, "learner-0", security=block(stack.secrets, "learner"))
         self.key, _ = signing_key(stack.secrets, "learner")
-        self.policy0 = stack.initial_policy()
+        # the learner's own announcements name weights under its checkpoint folder (the replicas' roots)
+        self.policy0 = stack.checkpoint_roots()[0] / "v000000"
+        if not self.policy0.exists():
+            shutil.copytree(stack.initial_policy(), self.policy0)
         self.sha0 = weights_sha256(self.policy0)
 
     def record(self, version: int, directory: Path, sha: str, **fields) -> events.PolicyVersion:
