@@ -145,7 +145,7 @@ def test_secure_override_gives_each_container_only_its_own_identity(docker_engin
     assert blocks["learner"]["policy_signing_key"] == f"{MOUNT}/sign.key"
     for name in POLICY_CONSUMERS:  # every consumer of `policy` acts only on what the learner signed
         assert blocks[name]["policy_verify_key"] == f"{MOUNT}/sign.pub", name
-        assert blocks[name]["checkpoint_roots"] == ["/data/run"], name
+        assert blocks[name]["checkpoint_roots"] == ["/data/run/learner/checkpoints"], name  # never the run volume
         assert (secrets / name / "sign.pub").is_file(), name
     assert all("policy_signing_key" not in b for name, b in blocks.items() if name != "learner")
     # what each folder holds on the host: its own key and no other, keys owner-only

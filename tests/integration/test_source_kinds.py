@@ -32,7 +32,7 @@ from m1flow.data import DatasetConfig, open_source
 from m1flow.kinds import gold_response
 from m1flow.data.record import RowError, TaskRecord
 from m1flow.status import Status
-from m1flow.task_store import TaskStore
+from m1flow.task_store import TaskStore, TaskStoreConfig
 
 from tests.data.rows import SUM_PROGRAM, SUM_TESTS, humaneval_row, row, swe_row, write
 from tests.integration.helpers import policy_versions, records, scored_by_group, wait_for
@@ -171,7 +171,8 @@ def test_every_kind_fed_through_the_source_is_scored_by_its_verifier_and_trained
 
         rollouts = rollouts_by_id(stack.bootstrap)
         sandbox = stack.get("sandbox").grpc_address
-        with LocalScorer(RewardConfig(sandbox_address=sandbox, genrm=GENRM)) as scorer:
+        with LocalScorer(RewardConfig(sandbox_address=sandbox, genrm=GENRM,  # the run's task store, as the service
+                                     task_store=TaskStoreConfig(root=TaskStore.in_run_dir(tmp_path).root))) as scorer:
             check_verdicts(groups, expected, rollouts, scorer)
     finally:
         stack.stop()
