@@ -389,9 +389,9 @@ def rollout_step(engine: Any, records: Sequence[TaskRecord], s: Settings, seed: 
     results = []
     while engine.in_flight():
         results += engine.step()
-    selected = []
+    algorithm, selected = s.algorithm(), []
     for result in sorted(results, key=lambda r: r.request.key):  # the stream's order
-        outcome = s.algorithm().select(scored_group(result.request.key, part[result.request.key], result, engine,
+        outcome = algorithm.select(scored_group(result.request.key, part[result.request.key], result, engine,
                                                     scorer, s, step), current_version=step)
         if not isinstance(outcome, Selected):
             raise RuntimeError(f"in process: group {result.request.key} skipped ({outcome}) with dynamic "

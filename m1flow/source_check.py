@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from m1flow.data.dataset import DatasetConfig, open_source
 from m1flow.heldout import EvalSetConfig, HeldOutError, load_set, unique_names
@@ -51,25 +51,25 @@ def _validation(where: str, exc: ValidationError) -> SourceCheckError:
     return SourceCheckError(one_line(f"{where}: {field}: {first['msg']}"))
 
 
+def _parsed(settings: Mapping[str, Any], key: str, model: type[BaseModel]) -> list:
+    """The `key:` entries as `model`s; SourceCheckError names the first bad one and its field."""
+    out = []
+    for i, entry in enumerate(_entries(settings, key)):
+        try:
+            out.append(model.model_validate(entry))
+        except ValidationError as exc:
+            raise _validation(f"{key}[{i}]", exc) from None
+    return out
+
+
 def parsed_sources(settings: Mapping[str, Any]) -> list[DatasetConfig]:
     """The `sources:` entries as DatasetConfigs; SourceCheckError names the first bad one and its field."""
-    out = []
-    for i, entry in enumerate(_entries(settings, "sources")):
-        try:
-            out.append(DatasetConfig.model_validate(entry))
-        except ValidationError as exc:
-            raise _validation(f"sources[{i}]", exc) from None
-    return out
+    return _parsed(settings, "sources", DatasetConfig)
 
 
 def parsed_eval_sets(settings: Mapping[str, Any]) -> list[EvalSetConfig]:
     """The `eval_sets:` entries as EvalSetConfigs (unique names); SourceCheckError names a bad one."""
-    out = []
-    for i, entry in enumerate(_entries(settings, "eval_sets")):
-        try:
-            out.append(EvalSetConfig.model_validate(entry))
-        except ValidationError as exc:
-            raise _validation(f"eval_sets[{i}]", exc) from None
+    out = _parsed(settings, "eval_sets", EvalSetConfig)
     try:
         unique_names(out)
     except ValueError as exc:

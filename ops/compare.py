@@ -53,6 +53,11 @@ class SampleVerdict:
         return f"{self.status} {verdict} {self.reward:g}"
 
 
+def some(ids: list[str], what: str) -> str:
+    """`N <what>: ` and the first ten of them: a report line that stays one line on a large replay."""
+    return f"{len(ids)} {what}: " + ", ".join(ids[:10])
+
+
 @dataclass
 class VerdictChange:
     group_id: str
@@ -116,11 +121,9 @@ class VerdictDiff:
                 if "detail" in c.changed:
                     out.append(f"{'':<4}detail: {c.before.detail!r} -> {c.after.detail!r}")
         if self.no_original:
-            out.append(f"{len(self.no_original)} replayed groups have no original in the range read: "
-                       + ", ".join(self.no_original[:10]))
+            out.append(some(self.no_original, "replayed groups have no original in the range read"))
         if self.unmatched_samples:
-            out.append(f"{len(self.unmatched_samples)} samples in only one of the two: "
-                       + ", ".join(self.unmatched_samples[:10]))
+            out.append(some(self.unmatched_samples, "samples in only one of the two"))
         return out
 
 
@@ -190,8 +193,7 @@ class RolloutDiff:
                 logp = f"{'agree' if c.logprobs_agree else 'DISAGREE'} (max |diff| {gap})"
                 out.append(f"{c.rollout_id:<40}{tokens_text:<26}{logp:<28}v{c.versions[0]} / v{c.versions[1]}")
         if self.no_original:
-            out.append(f"{len(self.no_original)} replayed rollouts have no original in the range read: "
-                       + ", ".join(self.no_original[:10]))
+            out.append(some(self.no_original, "replayed rollouts have no original in the range read"))
         return out
 
 
