@@ -23,6 +23,9 @@ class RolloutConfig(ServiceConfig):
     device: str = Field("auto", description="native/hf engines: auto (CUDA where present), cpu, cuda:N")
     group_size: int = Field(8, description="completions per prompt when the prompt does not say")
     max_new_tokens: int = Field(8, description="output window until `control` sets another (new requests only)")
+    max_window: int = Field(131072, ge=1, description="the most tokens per sample a prompt on the topic or a "
+                            "`set_window` may ask for (M1's 80K window fits); a prompt asking more goes to dlq")
+    max_group_size: int = Field(4096, ge=1, description="the most samples a prompt on the topic may ask for")
     temperature: float = 1.0
     top_p: float = 0.95
     early_stop_run: int = Field(3000, ge=1, description="stop after this many consecutive near-certain tokens")

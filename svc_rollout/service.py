@@ -156,14 +156,21 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
                 if not self.config.pinned_policy:
                     self.policy.announce(msg)
             elif msg.HasField("set_window"):
-                self.window = msg.set_window.max_new_tokens
-                log.info("output window set to %s (new requests)", self.window)
+                self.set_window(msg.set_window.max_new_tokens)
             elif msg.HasField("pause"):
                 self.paused = True
             elif msg.HasField("resume"):
                 self.paused = False
         if self.engine.decoding() == 0 and self.policy.load_if_due(self.engine):
             self.reporter.reloaded(self.engine.version, self.engine.last_reload_s)
+
+    def set_window(self, window: int) -> None:
+        """`control` moves the output window, never past the ceiling this replica was started with."""
+        if not 1 <= window <= self.config.max_window:
+            log.warning("set_window %s refused: not in [1, %s] (max_window)", window, self.config.max_window)
+            return
+        self.window = window
+        log.info("output window set to %s (new requests)", self.window)
 
     # ---- groups ----------------------------------------------------------------------------
     def request_for(self, key: str, prompt: chat.PromptInput, n: int, window: int, temperature: float,
@@ -172,11 +179,11 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         cannot be sampled."""
         if not prompt:
             raise ValueError("prompt: text (or messages) must not be empty")
-        if not 1 <= n <= 4096:
-            raise ValueError(f"group_size: {n} is not in [1, 4096]")
-        if window < 1:
-            raise ValueError(f"max_new_tokens: {window} must be at least 1")
         cfg = self.config
+        if not 1 <= n <= cfg.max_group_size:
+            raise ValueError(f"group_size: {n} is not in [1, {cfg.max_group_size}] (max_group_size)")
+        if not 1 <= window <= cfg.max_window:
+            raise ValueError(f"max_new_tokens: {window} is not in [1, {cfg.max_window}] (max_window)")
         return GroupRequest(key, self.engine.prompt_ids(prompt), n, window, temperature, top_p, seed,
                             cfg.early_stop_run, cfg.early_stop_prob)
 

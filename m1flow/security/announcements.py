@@ -66,6 +66,21 @@ def sign(policy: events.PolicyVersion, key_file: Path) -> events.PolicyVersion:
     return policy
 
 
+def verify_key(path: Path):  # noqa: ANN201 - an Ed25519PublicKey
+    """The learner's public key from a PEM public key (`m1flow up --secure`) or from a certificate
+    that carries it (the chart: Helm can make a key and a self-signed certificate, not a bare public key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    pem = path.read_bytes()
+    key = (x509.load_pem_x509_certificate(pem).public_key() if b"-----BEGIN CERTIFICATE-----" in pem
+           else serialization.load_pem_public_key(pem))
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"security.policy_verify_key: {path} holds a {type(key).__name__}, not an Ed25519 key")
+    return key
+
+
 class Guard:
     """The checks a consumer applies to every announcement before acting on it (none when the
     security block names no roots and no key: the laptop default, unchanged)."""
@@ -74,9 +89,7 @@ class Guard:
         self.roots = [uris.root_uri(r) for r in security.checkpoint_roots]
         self.public_key = None
         if security.policy_verify_key is not None:
-            from cryptography.hazmat.primitives import serialization
-
-            self.public_key = serialization.load_pem_public_key(Path(security.policy_verify_key).read_bytes())
+            self.public_key = verify_key(Path(security.policy_verify_key))
 
     def check(self, policy: events.PolicyVersion) -> None:
         """Raise Refused unless the announcement may be acted on."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from m1flow.bus import Producer, codec
-from m1flow.bus.topics import POLICY, policy_key
+from m1flow.bus.topics import POLICY, PROMPTS, policy_key
 from m1flow.contracts import events
 from m1flow.checkpoint import uri_for, weights_sha256
+from m1flow.tasks.arith import problems
+from ops.feed import arith_prompt
 from ops.stack import Stack
 from ops.warmstart import warm_started_policy
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import records, wait_for
 
 
 def announce(producer: Producer, version: int, directory: Path, sha: str = "") -> None:
@@ -50,6 +52,21 @@ def test_rollout_starts_on_the_newest_of_many_announcements_and_survives_bad_one
         announce(producer, 1204, policy, sha)
         producer.flush()
         wait_for(lambda: loaded(stack, 1204), 60, "the next good policy loaded")
+        assert rollout.alive()
+
+        # A prompt on the topic asks only what the replica's ceilings allow (a forged one asked a
+        # billion tokens per sample); over them it goes to dlq with the knob named, and sampling goes on.
+        greedy, crowd, fair = (arith_prompt(p, 2) for p in problems(7, 3))
+        greedy.max_new_tokens = 10**9
+        crowd.group_size = 10**6
+        for prompt in (greedy, crowd, fair):
+            producer.send(PROMPTS, prompt.prompt_id, prompt)
+        producer.flush()
+        wait_for(lambda: len(records(stack.bootstrap, "dlq")) >= 2, 60, "both greedy prompts dead-lettered")
+        letters = " ".join(str(r["value"]) for r in records(stack.bootstrap, "dlq"))
+        assert "(max_window)" in letters and "(max_group_size)" in letters
+        wait_for(lambda: {r["value"]["prompt_id"] for r in records(stack.bootstrap, "rollouts")} == {fair.prompt_id},
+                 120, "the fair prompt sampled")
         assert rollout.alive()
     finally:
         stack.stop()

@@ -374,6 +374,62 @@ def test_security_grpc_gives_each_pod_its_certificate_and_exec_probes(helm):
     assert "grpc" in container(pod_spec(workloads(plain)["reward"]))["readinessProbe"]
 
 
+def test_security_signs_policy_with_a_key_only_the_learner_holds(helm, tmp_path):
+    """security.policySigning (on with security.enabled): the chart makes the learner's Ed25519 key;
+    the learner's pods mount it and sign, every consumer of `policy` mounts the certificate alone and
+    verifies, and loads only from the checkpoint store (the file path, or the S3 prefix). The rendered
+    pair works with the code: a record the learner's key signed is admitted by a consumer's Guard,
+    the same record changed is refused, and one from another folder is refused."""
+    from m1flow.checkpoint import uri_for
+    from m1flow.contracts import events
+    from m1flow.security.announcements import Guard, sign
+    from m1flow.security.config import SecurityConfig
+
+    consumers = ("rollout", "source", "monitor", "eval")
+    values = {"security.enabled": True, "eval.sets": HELDOUT,
+              "source.sources": [{"name": "arith", "generator": "arith", "weight": 1.0}]}
+    docs = objects(helm, values)
+    (jobset,) = by_kind(docs, "JobSet").values()
+    specs = {**{n: pod_spec(w) for n, w in workloads(docs).items()},
+             "learner": jobset_pods(jobset)["leader"]["spec"], "learner-worker": jobset_pods(jobset)["worker"]["spec"]}
+    assert set(consumers) <= set(specs)
+    for name, spec in specs.items():
+        block = json.loads(env_of(spec)["M1FLOW_SECURITY"])
+        volume = next((v for v in spec["volumes"] if v["name"] == "policy-signing"), None)
+        if name.startswith("learner"):
+            assert block["policy_signing_key"] == "/etc/m1flow/policy-signing/tls.key", name
+            assert volume["secret"] == {"secretName": "m1flow-policy-signing", "defaultMode": 0o400}
+        elif name in consumers:
+            assert block["policy_verify_key"] == "/etc/m1flow/policy-signing/tls.crt", name
+            assert block["checkpoint_roots"] == ["/data/run/learner/checkpoints"], name
+            assert volume["secret"]["items"] == [{"key": "tls.crt", "path": "tls.crt"}], name  # never the key
+        else:  # reward, sandbox: read no `policy`
+            assert volume is None and "policy_verify_key" not in block, name
+        assert "policy_signing_key" not in block or name.startswith("learner"), name
+
+    data = by_kind(docs, "Secret")["m1flow-policy-signing"]["data"]
+    (tmp_path / "tls.key").write_bytes(base64.b64decode(data["tls.key"]))
+    (tmp_path / "tls.crt").write_bytes(base64.b64decode(data["tls.crt"]))
+    root = tmp_path / "data" / "run" / "learner" / "checkpoints"
+    guard = Guard(SecurityConfig(policy_verify_key=tmp_path / "tls.crt", checkpoint_roots=[root]))
+    record = sign(events.PolicyVersion(version=3, checkpoint_uri=uri_for(root / "v000003"), sha256="a" * 64,
+                                       batch_groups=16), tmp_path / "tls.key")
+    assert guard.admits(record)
+    record.batch_groups = 1_000_000
+    assert not guard.admits(record)
+    elsewhere = sign(events.PolicyVersion(version=4, checkpoint_uri=uri_for(tmp_path / "data" / "run" / "secrets")),
+                     tmp_path / "tls.key")
+    assert not guard.admits(elsewhere)
+
+    s3 = objects(helm, {**values, "checkpoints.store": "s3", "checkpoints.s3.uri": "s3://ckpt/run-1",
+                        "checkpoints.s3.credentialsSecret": "s3-creds"})
+    rollout = json.loads(env_of(pod_spec(workloads(s3)["rollout"]))["M1FLOW_SECURITY"])
+    assert rollout["checkpoint_roots"] == ["s3://ckpt/run-1"]
+    off = objects(helm, {**values, "security.policySigning.enabled": False})
+    assert "m1flow-policy-signing" not in by_kind(off, "Secret")
+    assert "policy_verify_key" not in json.loads(env_of(pod_spec(workloads(off)["rollout"]))["M1FLOW_SECURITY"])
+
+
 def test_the_charts_grpc_certificates_work_with_the_code(helm, tmp_path):
     """The rendered Secrets as the pods mount them, served by the code's own gRPC server: reward
     reaches the sandbox at the name it dials (m1flow-sandbox), rollout is refused, admin's health

@@ -257,3 +257,37 @@ def test_a_replica_whose_newest_version_does_not_load_takes_the_newest_that_does
     assert sorted(follower.records) == [1, 2]  # the newest keep_versions versions only
     assert follower.load_if_due(engine) and engine.version == 1 and follower.failures == 1
     assert not follower.due(engine.version)  # v2 failed: retried after retry_s, not at every refresh
+
+
+def test_the_charts_key_pair_a_key_and_a_self_signed_certificate_verifies(tmp_path: Path) -> None:
+    """The chart makes the learner's key with Helm (`genPrivateKey "ed25519"`) and hands the replicas a
+    self-signed certificate of it (Helm has no bare public key): the Guard reads the key from either."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def certificate(key, path: Path, algorithm=None) -> Path:  # noqa: ANN001
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "m1flow policy signing")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                .sign(key, algorithm))
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    signing = tmp_path / "tls.key"
+    signing.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    guard = Guard(SecurityConfig(policy_verify_key=certificate(key, tmp_path / "tls.crt")))
+    record = signed_record(tmp_path, signing)
+    assert guard.admits(record)
+    record.batch_groups = 1_000_000
+    assert not guard.admits(record)
+
+    ecdsa = ec.generate_private_key(ec.SECP256R1())
+    with pytest.raises(ValueError, match="not an Ed25519 key"):
+        Guard(SecurityConfig(policy_verify_key=certificate(ecdsa, tmp_path / "ec.crt", hashes.SHA256())))

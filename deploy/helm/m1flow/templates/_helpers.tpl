@@ -247,6 +247,25 @@ and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, ne
 {{- printf "%s-grpc-%s" (include "m1flow.fullname" .root) .name -}}
 {{- end -}}
 
+{{/* Whether the learner signs `policy` and its consumers verify it (security.policySigning under security.enabled). */}}
+{{- define "m1flow.policySigning" -}}
+{{- if and .Values.security.enabled .Values.security.policySigning.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- define "m1flow.policySigningSecret" -}}
+{{- printf "%s-policy-signing" (include "m1flow.fullname" .) -}}
+{{- end -}}
+
+{{/* Where an announced policy may lie: the checkpoint store the learner writes (never the rest of the run volume). */}}
+{{- define "m1flow.checkpointRoot" -}}
+{{- if eq .Values.checkpoints.store "s3" }}{{ .Values.checkpoints.s3.uri }}{{ else }}{{ .Values.checkpoints.path }}{{ end -}}
+{{- end -}}
+
+{{/* The services that act on `policy` records (each checks them with Guard.admits). */}}
+{{- define "m1flow.policyConsumers" -}}
+{{- list "rollout" "source" "monitor" "eval" | toJson -}}
+{{- end -}}
+
 {{/* M1FLOW_SECURITY of one service (dict "root" $ "name" "reward"): the Kafka identity's files and,
 with security.grpc, the gRPC identity's (the sandbox, which touches no topic, has only that one, and
 admits only `reward`). Paths only, never key material. */}}
@@ -259,6 +278,14 @@ admits only `reward`). Paths only, never key material. */}}
 {{- $_ := set $block "ca_file" "/etc/m1flow/kafka-ca/ca.crt" -}}
 {{- $_ := set $block "cert_file" "/etc/m1flow/kafka-user/user.crt" -}}
 {{- $_ := set $block "key_file" "/etc/m1flow/kafka-user/user.key" -}}
+{{- end }}
+{{- if include "m1flow.policySigning" .root }}
+{{- if eq .name "learner" }}
+{{- $_ := set $block "policy_signing_key" "/etc/m1flow/policy-signing/tls.key" -}}
+{{- else if has .name (include "m1flow.policyConsumers" .root | fromJsonArray) }}
+{{- $_ := set $block "policy_verify_key" "/etc/m1flow/policy-signing/tls.crt" -}}
+{{- $_ := set $block "checkpoint_roots" (list (include "m1flow.checkpointRoot" .root)) -}}
+{{- end }}
 {{- end }}
 {{- if $grpc }}
 {{- $_ := set $block "grpc_ca_file" "/etc/m1flow/grpc/ca.crt" -}}
@@ -281,6 +308,9 @@ admits only `reward`). Paths only, never key material. */}}
 - {name: kafka-user, mountPath: /etc/m1flow/kafka-user, readOnly: true}
 - {name: kafka-ca, mountPath: /etc/m1flow/kafka-ca, readOnly: true}
 {{- end }}
+{{- if and (include "m1flow.policySigning" .root) (or (eq .name "learner") (has .name (include "m1flow.policyConsumers" .root | fromJsonArray))) }}
+- {name: policy-signing, mountPath: /etc/m1flow/policy-signing, readOnly: true}
+{{- end }}
 {{- if include "m1flow.grpcMtls" .root }}
 - {name: grpc-identity, mountPath: /etc/m1flow/grpc, readOnly: true}
 {{- end }}
@@ -296,6 +326,19 @@ admits only `reward`). Paths only, never key material. */}}
   secret:
     secretName: {{ include "m1flow.kafkaCluster" .root }}-cluster-ca-cert
     items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- if include "m1flow.policySigning" .root }}
+{{- if eq .name "learner" }}
+- name: policy-signing
+  secret:
+    secretName: {{ include "m1flow.policySigningSecret" .root }}
+    defaultMode: 0400
+{{- else if has .name (include "m1flow.policyConsumers" .root | fromJsonArray) }}
+- name: policy-signing
+  secret:
+    secretName: {{ include "m1flow.policySigningSecret" .root }}
+    items: [{key: tls.crt, path: tls.crt}]  # the certificate alone: no replica holds the key
+{{- end }}
 {{- end }}
 {{- if include "m1flow.grpcMtls" .root }}
 - name: grpc-identity
