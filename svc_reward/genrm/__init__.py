@@ -13,7 +13,8 @@ from .swiss import Match, Standing, TournamentResult, run_swiss, swiss_rounds, s
 
 __all__ = [
     "CalibrationConfig", "ChatJudge", "Comparer", "Comparison", "FlipTracker", "GenRMConfig",
-    "GenRMKindConfig", "GenRMScorer", "GroupScore", "InstructionJudge", "Judge", "JudgeError", "LengthCalibrator", "LengthCoefficients",
+    "GenRMKindConfig", "GenRMScorer", "GroupScore", "InstructionJudge", "Judge", "JudgeError", "LengthCalibrator",
+    "LengthCoefficients",
     "LengthLovingJudge", "LengthRecord", "Match", "NativeJudge", "NativeJudgeConfig", "OpenAIJudge",
     "OpenAIJudgeConfig", "PositionBiasedJudge", "QualityJudge", "Standing", "TournamentResult",
     "Verdict", "VerdictParseError", "parse_verdict", "render", "run_swiss", "swiss_rounds",

@@ -8,24 +8,26 @@ sigmoid(b0), the prediction at zero length difference, the length-controlled win
 Rollouts are scored against their group's Swiss-round winner, so each group has its own intercept
 (how strong its reference is). Pooling groups under one b0 attenuates b1, so b1 is fitted within
 groups: for two verdicts against the same reference of which one won, P(i is the winner) =
-sigmoid(b1 (x_i - x_j)), whatever the group's intercept (conditional logit over discordant pairs).
-Records without a group (independent pairs) fall back to the pooled fit.
+sigmoid(b1 (x_i - x_j)), whatever the group's intercept (conditional logit over discordant pairs),
+with the tanh scale (a multiple of sd in SCALES) that fits those pairs best. Records without a group
+(independent pairs) fall back to the pooled fit.
 
 A group is corrected as a whole (`correct_group`): its intercept a is fitted to its own verdicts
 under b1 (shrunk towards the pooled b0), and each verdict is thinned so that, at every length
 difference, it is distributed as a verdict at zero length difference, Bernoulli(q0 = sigmoid(a)):
 a verdict the length favoured (q = sigmoid(a + b1 x) > q0) is kept with chance q0 / q and becomes a
 loss otherwise; one it disfavoured is kept with chance (1 - q0) / (1 - q) and becomes a win
-otherwise. The reference, which tied itself, is drawn from Bernoulli(q0) too: the Swiss rounds of a
-length-loving judge pick a long reference, and its tie with itself was the largest length-bought reward
-left after thinning the others (a within-group rank correlation of about 0.45 at a strong bias). A fit
-whose b1 is at most `min_coefficient` leaves verdicts as judged, so recalibrating a judge without a
-length preference does not turn its references into coin flips. Thinning keeps the
-raw score levels: the deterministic map p -> p q0 / q had the same expectation but gave the many
-tied losses against a strong reference a strict shorter-is-better order, which the monitor's rank
-signals read as a length correlation of about -0.3 to -0.5 while the mean reward still rose with
-length (measurements in tests/reward/test_genrm_calibration_stream.py). The draws come from a hash
-of the texts, so a group scored again gets the same rewards.
+otherwise. Thinning keeps the judge's score levels. The deterministic map p -> p q0 / q (one pooled
+fit, each verdict moved to its expectation) had the same mean but gave the many tied losses against a
+strong reference a strict shorter-is-better order, which the monitor's rank signals read as a length
+correlation of -0.3 to -0.5 while the mean reward still rose with length: the over-correction
+(tests/reward/test_genrm_calibration_stream.py, bench/genrm.py). The reference, which tied itself, is
+drawn from Bernoulli(q0) too: the Swiss rounds of a length-loving judge pick a long reference, and its
+tie with itself was the largest length-bought reward left once the others were thinned.
+
+A fit whose b1 is at most `min_coefficient` leaves verdicts as judged, so recalibrating a judge
+without a length preference does not turn its references into coin flips. The draws come from a
+hash of the texts, so a group scored again gets the same rewards.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from m1flow.stats import fit_logistic
 from .config import CalibrationConfig
 
 GROUP_PRIOR = 1.0  # precision of a group's intercept around the pooled b0 (logit units)
+SCALES = (0.25, 0.5, 1.0, 2.0)  # multiples of the length difference's sd tried as the tanh scale
 
 
 @dataclass(frozen=True)
@@ -119,20 +122,28 @@ class LengthCalibrator:
         p = np.clip((np.array([r.score for r in records], dtype=float) + 1) / 2, 0.0, 1.0)
         if p.min() == p.max():  # e.g. every rollout lost to the reference: no length signal to fit
             raise ValueError(f"all {len(records)} verdicts are equal; nothing to calibrate on")
-        self.scale = float(diff.std()) or float(np.abs(diff).mean()) or 1.0
-        x = np.tanh(diff / self.scale)
-        self.intercept, self.coefficient_before = fit_logistic(x, p, self.config.l2, self.config.max_iter)
+        spread = float(diff.std()) or float(np.abs(diff).mean()) or 1.0
         keys = [r.group for r in records]
-        grouped = self._groups(keys, x, p)
-        if grouped is not None:
-            self.coefficient_before = self._within(grouped)
+        grouped, self.scale, best = None, spread, -math.inf
+        for scale in (spread * m for m in SCALES):  # the scale whose within-group fit explains them best
+            groups = self._groups(keys, np.tanh(diff / scale), p)
+            if groups is None:
+                continue
+            b1, loglik = self._within(groups)
+            if loglik > best:
+                best, grouped, self.scale, self.coefficient_before = loglik, groups, scale, b1
+        x = np.tanh(diff / self.scale)
+        self.intercept, pooled = fit_logistic(x, p, self.config.l2, self.config.max_iter)
+        if grouped is None:
+            self.coefficient_before = pooled
         self.fitted = self.coefficient_before > self.config.min_coefficient
         if not self.fitted:  # no length preference worth removing: verdicts stay as judged
             self.coefficient_after = self.coefficient_before
         elif grouped is not None:
-            corrected = [(gx, np.array(self._thin(gx, gp, [f"{k}/{i}" for i in range(len(gp))])))
+            corrected = [(gx, np.array(self._thin(gx, gp, [f"{k}/{i}" for i in range(len(gp))],
+                                                  self._group_intercept(gx, gp))))
                          for (gx, gp), k in zip(grouped, sorted(set(keys)))]
-            self.coefficient_after = self._within(corrected)
+            self.coefficient_after = self._within(corrected)[0]
         else:
             corrected_p = np.array([self._correct_p(pi, xi) for pi, xi in zip(p, x)])
             _, self.coefficient_after = fit_logistic(x, corrected_p, self.config.l2, self.config.max_iter)
@@ -160,9 +171,9 @@ class LengthCalibrator:
             return list(scores)
         x = np.tanh((np.array(lengths, dtype=float) - reference_length) / self.scale)[others]
         p = np.clip((np.array(scores, dtype=float) + 1) / 2, 0.0, 1.0)[others]
-        q0 = _sigmoid(self._group_intercept(x, p))
-        out = [1.0 if uniform(key) < q0 else -1.0 for key in keys]
-        for i, value in zip(others, self._thin(x, p, [keys[i] for i in others])):
+        a = self._group_intercept(x, p)
+        out = [1.0 if uniform(key) < _sigmoid(a) else -1.0 for key in keys]
+        for i, value in zip(others, self._thin(x, p, [keys[i] for i in others], a)):
             out[i] = 2 * value - 1
         return out
 
@@ -177,11 +188,14 @@ class LengthCalibrator:
         dx, _ = within_group_pairs(groups)
         return groups if len(dx) // 2 >= self.config.min_records else None
 
-    def _within(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    def _within(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+        """b1 of the within-group pairs and their mean log-likelihood under it."""
         dx, won = within_group_pairs(groups)
         if not len(dx):
-            return 0.0
-        return fit_logistic(dx, won, self.config.l2, self.config.max_iter)[1]
+            return 0.0, 0.0
+        b0, b1 = fit_logistic(dx, won, self.config.l2, self.config.max_iter)
+        q = np.clip(1.0 / (1.0 + np.exp(-(b0 + b1 * dx))), 1e-12, 1 - 1e-12)
+        return b1, float(np.mean(won * np.log(q) + (1 - won) * np.log(1 - q)))
 
     def _group_intercept(self, x: np.ndarray, p: np.ndarray) -> float:
         """MAP intercept of one group's verdicts under b1, with a normal prior around the pooled b0."""
@@ -195,9 +209,8 @@ class LengthCalibrator:
                 break
         return a
 
-    def _thin(self, x: np.ndarray, p: np.ndarray, keys: Sequence[str]) -> list[float]:
-        """Each verdict kept or replaced (see the module docstring) against its group's q0."""
-        a = self._group_intercept(x, p)
+    def _thin(self, x: np.ndarray, p: np.ndarray, keys: Sequence[str], a: float) -> list[float]:
+        """Each verdict of a group with intercept `a` kept or replaced (see the module docstring)."""
         q0 = _sigmoid(a)
         out = []
         for pi, xi, key in zip(p, x, keys):

@@ -13,8 +13,9 @@ length (Pearson +0.02 / +0.14 / +0.31 / +0.49 / +0.54 after). The map gave the m
 a strong reference a strict order by length (shorter first when b1 > 0, longer first when a fair judge
 fits b1 slightly below 0), the pooled fit was attenuated by the references' different strengths, and
 the reference's tie with itself (0 against -1 for the rest) was left alone although the biased rounds
-chose it for its length. With the within-group fit and thinning: +0.01 / +0.06 / +0.08 / +0.06 / +0.03
-after (Pearson +0.01 / +0.05 / +0.07 / +0.07 / +0.03); `python -m bench.genrm calibration` prints both.
+chose it for its length. With the within-group fit and thinning: +0.01 / +0.05 / +0.08 / +0.07 / +0.03
+after (Pearson +0.01 / +0.05 / +0.07 / +0.07 / +0.03). `bench/genrm.py calibration` prints the same
+comparison on the general tasks (bench/README.md).
 """
 import random
 
