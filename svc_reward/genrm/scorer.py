@@ -107,4 +107,3 @@ class GenRMScorer:
                   f"s_BA={[int(v) for v in outcome.ba]} raw={outcome.score:+.3f} flips={outcome.flips}")
         return ScoreResult(reward=score, correct=None, status=Status.OK,
                            parts=RewardParts(genrm=score), detail=detail)
-
