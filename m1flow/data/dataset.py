@@ -24,7 +24,7 @@ class DatasetConfig(BaseModel):
     name: str = Field("", description="source name (prompt ids are '<name>/<id>'); default: the file stem "
                                       "or the generator")
     path: str = Field("", description="a file (jsonl, parquet, csv, arrow) or a Hugging Face datasets directory")
-    generator: str = Field("", description='instead of path: "arith", "logic:<family>", "rg:<task>"')
+    generator: str = Field("", description='instead of path: "arith", "general", "logic:<family>", "rg:<task>"')
     format: str | None = Field(None, description="jsonl, parquet, csv, arrow, hf; default: from the suffix / layout")
     split: str | None = Field(None, description="a directory's split, by its exact name (train, test, validation, "
                                                 "or a hub shard's name); default: train, else the only one")

@@ -1,7 +1,8 @@
 """Generated task families as sources: record i is a pure function of (seed, i, level, config).
 
 Why pure in i: the prompt source resumes, shuffles and replays by position, so regenerating record
-i must not depend on having generated records 0..i-1. "arith" is m1flow's own; "logic:<family>"
+i must not depend on having generated records 0..i-1. "arith" and "general" (open instructions for
+the GenRM, m1flow.tasks.general) are m1flow's own; "logic:<family>"
 and "rg:<task>" call m1flow.tasks.logic / m1flow.tasks.rg, imported only when such a source is used.
 """
 from __future__ import annotations
@@ -27,6 +28,17 @@ def arith(_: str, seed: int, index: int, level: int | None, config: dict[str, An
     text, answer = make_problem(random.Random(f"arith/{seed}/{index}"), max_operand, str(config.get("ops", "+-")))
     return TaskRecord(id=f"{seed}-{index}", source="arith", prompt=text,
                       verifier=Verifier(kind="arith", gold=answer), difficulty=level, license="MIT")
+
+
+@GENERATORS.register("general")
+def general(_: str, seed: int, index: int, level: int | None, config: dict[str, Any]) -> TaskRecord:
+    """'Write a few sentences about rivers. Mention: water, bank, flow.', judged by the GenRM (no gold).
+    level L: L + 2 words to mention (level 1: three)."""
+    from m1flow.tasks.general import make_instruction
+
+    text = make_instruction(random.Random(f"general/{seed}/{index}"), 1 if level is None else level)
+    return TaskRecord(id=f"{seed}-{index}", source="general", domain="general", prompt=text,
+                      verifier=Verifier(kind="genrm"), difficulty=level, license="MIT")
 
 
 def logic_record(family: str, seed: int, index: int, level: int | None = None) -> TaskRecord:

@@ -2,7 +2,7 @@
 and length-controlled recalibration. Usable without Kafka."""
 from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord
 from .config import CalibrationConfig, GenRMConfig, GenRMKindConfig, NativeJudgeConfig, OpenAIJudgeConfig
-from .heuristic import LengthLovingJudge, PositionBiasedJudge, QualityJudge, distinct_word_share
+from .heuristic import InstructionJudge, LengthLovingJudge, PositionBiasedJudge, QualityJudge, distinct_word_share
 from .judge import ChatJudge, Judge, JudgeError
 from .native_judge import NativeJudge
 from .openai_judge import OpenAIJudge
@@ -13,7 +13,8 @@ from .swiss import Match, Standing, TournamentResult, run_swiss, swiss_rounds, s
 
 __all__ = [
     "CalibrationConfig", "ChatJudge", "Comparer", "Comparison", "FlipTracker", "GenRMConfig",
-    "GenRMKindConfig", "GenRMScorer", "GroupScore", "Judge", "JudgeError", "LengthCalibrator", "LengthCoefficients",
+    "GenRMKindConfig", "GenRMScorer", "GroupScore", "InstructionJudge", "Judge", "JudgeError", "LengthCalibrator",
+    "LengthCoefficients",
     "LengthLovingJudge", "LengthRecord", "Match", "NativeJudge", "NativeJudgeConfig", "OpenAIJudge",
     "OpenAIJudgeConfig", "PositionBiasedJudge", "QualityJudge", "Standing", "TournamentResult",
     "Verdict", "VerdictParseError", "parse_verdict", "render", "run_swiss", "swiss_rounds",

@@ -44,10 +44,13 @@ class CalibrationConfig(BaseModel):
 
     l2: float = Field(1e-3, ge=0.0, description="ridge penalty; keeps a perfect length lover finite")
     min_records: int = Field(20, ge=2)
+    min_coefficient: float = Field(
+        0.5, ge=0.0, description="length coefficient b1 at or below which a fit corrects nothing (the judge "
+                                 "has no length preference worth removing; the monitor's coef_threshold)")
     max_iter: int = Field(50, ge=1)
 
 
-JudgeBackend = Literal["", "openai", "native", "length", "quality"]
+JudgeBackend = Literal["", "openai", "native", "length", "quality", "general"]
 
 
 class GenRMKindConfig(GenRMConfig):
@@ -58,15 +61,16 @@ class GenRMKindConfig(GenRMConfig):
     """
 
     judge: JudgeBackend = Field(
-        "", description="openai (an HTTP endpoint), native (a checkpoint), or the heuristic length/quality "
-                        "judges for tests and CPU demos; empty: genrm tasks are not scored")
+        "", description="openai (an HTTP endpoint), native (a checkpoint), or the heuristic judges for tests "
+                        "and CPU demos: length, quality (distinct-word share), general (the hidden quality of "
+                        "m1flow.tasks.general's instructions); empty: genrm tasks are not scored")
     openai: OpenAIJudgeConfig = Field(default_factory=OpenAIJudgeConfig,
                                       description="endpoint of the openai judge (base_url, model, ...)")
     checkpoint: str = Field("", description="policy directory (or file:// URI) of the native judge")
     native: NativeJudgeConfig = Field(default_factory=NativeJudgeConfig, description="native judge sampling")
     margin: float = Field(0.0, ge=0.0, description="heuristic judges: value gap below which answers tie")
-    length_bonus: float = Field(0.0, description="quality judge: value added per character of answer")
-    bonus_after: int = Field(0, ge=0, description="quality judge: the length bonus starts after this many "
+    length_bonus: float = Field(0.0, description="quality/general judge: value added per character of answer")
+    bonus_after: int = Field(0, ge=0, description="quality/general judge: the length bonus starts after this many "
                                                   "judgements (a judge that drifts mid-run, for tests)")
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig,
                                            description="length-controlled recalibration fit")

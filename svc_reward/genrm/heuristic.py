@@ -39,12 +39,33 @@ class QualityJudge:
 
     def judge(self, prompt: str, first: str, second: str) -> Verdict:
         bonus = self.length_bonus if next(self.judgements) >= self.bonus_after else 0.0
-        diff = self.value(first, bonus) - self.value(second, bonus)
+        diff = self.prompted_value(prompt, first, bonus) - self.prompted_value(prompt, second, bonus)
         if diff > self.margin:
             return Verdict.FIRST
         if diff < -self.margin:
             return Verdict.SECOND
         return Verdict.TIE
+
+    def prompted_value(self, prompt: str, answer: str, length_bonus: float) -> float:
+        """The value an answer to `prompt` is compared by; this judge's quality ignores the prompt."""
+        return self.value(answer, length_bonus)
+
+
+class InstructionJudge(QualityJudge):
+    """The quality judge of instructions whose hidden quality reads the prompt, e.g. the general tasks'
+    (m1flow.tasks.general.quality): value = quality(prompt, answer) + length_bonus * len(answer)."""
+
+    def __init__(self, quality: Callable[[str, str], float], length_bonus: float = 0.0, margin: float = 0.0,
+                 bonus_after: int = 0) -> None:
+        super().__init__(lambda _: 0.0, length_bonus, margin, bonus_after)
+        self.instruction_quality = quality
+
+    def prompted_value(self, prompt: str, answer: str, length_bonus: float) -> float:
+        try:
+            base = self.instruction_quality(prompt, answer)
+        except ValueError as err:  # not an instruction this quality can read
+            raise JudgeError(str(err)) from err
+        return base + length_bonus * len(answer)
 
 
 class LengthLovingJudge(QualityJudge):

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from svc_reward.result import RewardParts, ScoreResult, Status
 
-from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord
+from .calibration import LengthCalibrator, LengthCoefficients, LengthRecord, text_key
 from .config import CalibrationConfig, GenRMConfig
 from .judge import Judge, JudgeError
 from .pairwise import Comparer, Comparison, FlipTracker
@@ -54,11 +54,23 @@ class GenRMScorer:
 
     def score_against(self, prompt: str, rollouts: Sequence[str], reference: str,
                       comparer: Comparer | None = None) -> list[ScoreResult]:
-        """Each rollout's pairwise score against `reference`."""
+        """Each rollout's pairwise score against `reference`, the group length-corrected as a whole."""
         comparer = comparer or self.comparer()
         outcomes = comparer.compare_many(prompt, [(r, reference) for r in rollouts],
                                          self.config.concurrency)
-        return [self._result(r, reference, o) for r, o in zip(rollouts, outcomes)]
+        judged = [i for i, o in enumerate(outcomes) if isinstance(o, Comparison)]
+        raw = [outcomes[i].score for i in judged]
+        lengths, ref_length = [self.length(rollouts[i]) for i in judged], self.length(reference)
+        group = text_key(prompt, reference)
+        for i, score, length in zip(judged, raw, lengths):
+            if rollouts[i] != reference:
+                self.history.append(LengthRecord(score, length, ref_length, group))
+        calibrator = self.calibrator  # read once: a recalibration meanwhile applies to the next group
+        scores = raw if calibrator is None else calibrator.correct_group(
+            raw, lengths, ref_length, [text_key(group, rollouts[i]) for i in judged],
+            [rollouts[i] == reference for i in judged])
+        corrected = dict(zip(judged, scores))
+        return [self._result(o, corrected.get(i, 0.0)) for i, o in enumerate(outcomes)]
 
     def score_group(self, prompt: str, rollouts: Sequence[str],
                     candidates: Sequence[str] | None = None) -> GroupScore:
@@ -88,18 +100,10 @@ class GenRMScorer:
         self.calibrator = fitted
         return coefficients
 
-    def _result(self, rollout: str, reference: str,
-                outcome: Comparison | JudgeError) -> ScoreResult:
+    def _result(self, outcome: Comparison | JudgeError, score: float) -> ScoreResult:
         if isinstance(outcome, JudgeError):
             return ScoreResult.failed(Status.JUDGE_ERROR, f"judge: {outcome}")
-        raw = outcome.score
-        len_a, len_b = self.length(rollout), self.length(reference)
-        score = raw
-        if rollout != reference:
-            self.history.append(LengthRecord(raw, len_a, len_b))
-            if self.calibrator is not None:
-                score = self.calibrator.correct(raw, len_a, len_b)
         detail = (f"vs reference: s_AB={[int(v) for v in outcome.ab]} "
-                  f"s_BA={[int(v) for v in outcome.ba]} raw={raw:+.3f} flips={outcome.flips}")
+                  f"s_BA={[int(v) for v in outcome.ba]} raw={outcome.score:+.3f} flips={outcome.flips}")
         return ScoreResult(reward=score, correct=None, status=Status.OK,
                            parts=RewardParts(genrm=score), detail=detail)

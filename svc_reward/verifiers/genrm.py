@@ -13,7 +13,8 @@ from m1flow.chat import after_reasoning
 from m1flow.contracts import events
 from svc_reward.genrm.calibration import LengthCoefficients
 from svc_reward.genrm.config import GenRMKindConfig
-from svc_reward.genrm.heuristic import LengthLovingJudge, QualityJudge, distinct_word_share
+from m1flow.tasks.general import quality as instruction_quality
+from svc_reward.genrm.heuristic import InstructionJudge, LengthLovingJudge, QualityJudge, distinct_word_share
 from svc_reward.genrm.judge import Judge
 from svc_reward.genrm.scorer import GenRMScorer
 from svc_reward.kinds import SCORERS, KindContext
@@ -26,6 +27,8 @@ def build_judge(cfg: GenRMKindConfig) -> Judge | None:
         return LengthLovingJudge(margin=cfg.margin)
     if cfg.judge == "quality":
         return QualityJudge(distinct_word_share, cfg.length_bonus, cfg.margin, cfg.bonus_after)
+    if cfg.judge == "general":
+        return InstructionJudge(instruction_quality, cfg.length_bonus, cfg.margin, cfg.bonus_after)
     if cfg.judge == "openai":
         from svc_reward.genrm.openai_judge import OpenAIJudge
 

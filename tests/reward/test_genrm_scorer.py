@@ -79,5 +79,7 @@ def test_recalibration_from_recent_verdicts_lowers_rewards_bought_with_length():
     reference = min(texts, key=len)
     longest = max(texts, key=len)
     [raw] = GenRMScorer(scorer.judge).score_against("p", [longest], reference)
-    [fixed] = scorer.score_against("p", [longest], reference)
-    assert raw.reward == 1.0 and fixed.reward < 0.8 and fixed.parts.genrm == fixed.reward
+    fixed = [scorer.score_against(f"p{k}", [longest], reference)[0] for k in range(200)]
+    assert raw.reward == 1.0 and {f.reward for f in fixed} == {-1.0, 1.0}  # thinned: levels kept
+    assert all(f.parts.genrm == f.reward for f in fixed)
+    assert sum(f.reward for f in fixed) / len(fixed) < 0.6  # a win bought with length is often taken back
