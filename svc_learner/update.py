@@ -227,7 +227,8 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
 def _objective(old_logp: Tensor, mb: Batch, mask: Tensor, loss_spec: LossSpec, ranks: Ranks) -> TokenObjective:
     """The minibatch's token objective, normalised by the trained tokens and samples of every rank."""
     counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
-    return TokenObjective.build(old_logp, mb.advantages, mask, loss_spec, Totals(float(counts[0]), float(counts[1])))
+    return TokenObjective.build(old_logp, mb.advantages, mask, loss_spec, Totals(float(counts[0]), float(counts[1])),
+                                mb.rollout_logp)
 
 
 def run_updates(
