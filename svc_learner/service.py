@@ -111,7 +111,7 @@ class ScoredHandler(HandlerBase):
         stats.note(wait_s=started - self.step_ended, step_s=ended - started,
                    wait_first_s=(self.first_offer or started) - self.step_ended)
         self.step_ended, self.first_offer = ended, None
-        per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
+        per_source = source_metrics(selected, self.skipped_since_step, self.source_labels, stats.rows, stats.corrected)
         self.skipped_since_step = []
         version = trainer.state.version
         announcement = trainer.announcement(self.service.config.run_id)

@@ -64,3 +64,12 @@ class CorrectionConfig(BaseModel):
         return self.model_copy(update={"tis_cap": cap,
                                        "icepop": self.icepop.scaled(scale) if self.icepop else None,
                                        "sequence_bounds": self.sequence_bounds.scaled(scale)})
+
+    def in_force(self) -> dict[str, float]:
+        """The bounds set, by name (what the learner publishes beside the shares they produced)."""
+        out = {} if self.tis_cap is None else {"tis_cap": self.tis_cap}
+        if self.icepop is not None:
+            out |= {"icepop_lo": self.icepop.lo, "icepop_hi": self.icepop.hi}
+        if self.sequence is not None:
+            out |= {"sequence_lo": self.sequence_bounds.lo, "sequence_hi": self.sequence_bounds.hi}
+        return out

@@ -57,22 +57,31 @@ def correct(cfg: CorrectionConfig, proximal_logp: Tensor, rollout_logp: Tensor, 
     return Parts((weight * keep).detach(), truncated, token_dropped, seq_dropped)
 
 
-def mismatch_sums(cfg: CorrectionConfig | None, proximal_logp: Tensor, rollout_logp: Tensor,
-                  mask: Tensor) -> dict[str, Tensor]:
-    """Sums over the masked tokens and their responses, to be added across minibatches and ranks:
-    tokens, responses, KL(rollout || train) estimates k1 (E[log p_rollout - log p_train]) and k3
-    (E[rho - 1 - log rho]), and, when a correction is set, the truncated and dropped tokens and the
-    dropped responses (a response counts as dropped when any of its tokens is)."""
-    valid = mask > 0
-    log_ratio = (proximal_logp.detach().double() - rollout_logp.double()).clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    log_ratio = torch.where(valid, log_ratio, torch.zeros_like(log_ratio))
-    sequences = valid.any(-1)
-    sums = {"tokens": valid.sum().double(), "sequences": sequences.sum().double(),
-            "k1": (-log_ratio).sum(), "k3": (log_ratio.exp() - 1 - log_ratio).sum()}
+# per response: trained tokens, tokens TIS truncated, tokens dropped (IcePop or the sequence mask), the
+# response itself (1), truncated (any token), dropped; then over its measured tokens: their count, the
+# sums of k1 = log p_rollout - log p_train and k3 = rho - 1 - log rho (KL(rollout || train) estimates,
+# as verl's), and of the probabilities' correlation moments x = p_train, y = p_rollout, xx, yy, xy.
+ROW_COLUMNS = ("tokens", "truncated", "dropped", "sequences", "truncated_seq", "dropped_seq",
+               "measured", "k1", "k3", "x", "y", "xx", "yy", "xy")
+
+
+def row_sums(cfg: CorrectionConfig | None, proximal_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
+             measured: Tensor) -> Tensor:
+    """[N, len(ROW_COLUMNS)] float64 sums per response, to be added over responses, sources and ranks.
+    `mask`: the trained tokens the correction acts on; `measured`: those the mismatch is measured on
+    (the samples the trained version drew: an older one's differ by staleness too)."""
+    valid, seen = mask > 0, measured > 0
+    has = valid.any(-1)
     if cfg is not None and cfg.active:
         parts = correct(cfg, proximal_logp, rollout_logp, mask)
-        dropped = parts.token_dropped | (parts.seq_dropped[:, None] & valid)
-        sums |= {"truncated": parts.truncated.sum().double(), "dropped": dropped.sum().double(),
-                 "truncated_seq": (parts.truncated.any(-1) & sequences).sum().double(),
-                 "dropped_seq": (dropped.any(-1) & sequences).sum().double()}
-    return sums
+        truncated, dropped = parts.truncated, parts.token_dropped | (parts.seq_dropped[:, None] & valid)
+    else:
+        truncated = dropped = torch.zeros_like(valid)
+    prox, roll = proximal_logp.detach().double(), rollout_logp.double()
+    log_ratio = torch.where(seen, (prox - roll).clamp(-SAFETY_BOUND, SAFETY_BOUND), torch.zeros_like(prox))
+    x, y = torch.where(seen, prox.exp(), 0.0), torch.where(seen, roll.exp(), 0.0)
+    columns = [valid.sum(-1), truncated.sum(-1), dropped.sum(-1), has, truncated.any(-1) & has,
+               dropped.any(-1) & has, seen.sum(-1), -log_ratio.sum(-1),
+               torch.where(seen, log_ratio.exp() - 1 - log_ratio, 0.0).sum(-1),
+               x.sum(-1), y.sum(-1), (x * x).sum(-1), (y * y).sum(-1), (x * y).sum(-1)]
+    return torch.stack([c.double() for c in columns], dim=-1)

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.rl.correction import Bounds, CorrectionConfig
-from m1flow.rl.mismatch import correct, mismatch_sums
+from m1flow.rl.mismatch import ROW_COLUMNS, correct, row_sums
 from m1flow.rl.objectives import LossSpec, TokenObjective
 
 VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
@@ -130,25 +130,31 @@ def test_tis_weight_is_min_of_ratio_and_cap_and_detached():
     assert parts.truncated.sum() == ((proximal - rollout).exp() > 1.3)[mask > 0].sum() > 0
 
 
+def sums(cfg, proximal, rollout, mask, measured=None) -> dict[str, float]:
+    rows = row_sums(cfg, proximal, rollout, mask, mask if measured is None else measured)
+    return dict(zip(ROW_COLUMNS, rows.sum(0).tolist()))
+
+
 def test_kl_estimates_equal_verls(verl):
     logp, proximal, rollout, adv, mask = batch(3, spread=0.2)
-    sums = mismatch_sums(None, proximal, rollout, mask)
+    total = sums(None, proximal, rollout, mask)
     theirs = verl.compute_offpolicy_metrics(proximal, rollout, mask)
-    assert float(sums["k1"] / sums["tokens"]) == pytest.approx(theirs["kl"], rel=1e-5)
-    assert float(sums["k3"] / sums["tokens"]) == pytest.approx(theirs["k3_kl"], rel=1e-5)
-    assert "dropped" not in sums
+    assert total["k1"] / total["measured"] == pytest.approx(theirs["kl"], rel=1e-5)
+    assert total["k3"] / total["measured"] == pytest.approx(theirs["k3_kl"], rel=1e-5)
+    assert total["dropped"] == total["truncated"] == 0
 
 
-def test_shares_count_tokens_and_sequences():
+def test_shares_count_tokens_and_sequences_and_kl_only_the_measured_ones():
     _, proximal, rollout, _, mask = batch(5, spread=0.4)
     cfg = CorrectionConfig(icepop=Bounds(lo=0.7, hi=1.4), sequence="geometric",
                            sequence_bounds=Bounds(lo=0.9, hi=1.1))
-    sums = mismatch_sums(cfg, proximal, rollout, mask)
-    parts = correct(cfg, proximal, rollout, mask)
-    valid = mask > 0
-    assert sums["dropped"] == ((parts.weight == 0) & valid).sum()
-    assert sums["dropped_seq"] == ((parts.weight == 0) & valid).any(-1).sum()
-    assert sums["sequences"] == valid.any(-1).sum() and sums["truncated"] == 0
+    measured = mask.clone()
+    measured[::2] = 0
+    total = sums(cfg, proximal, rollout, mask, measured)
+    dropped = (correct(cfg, proximal, rollout, mask).weight == 0) & (mask > 0)
+    assert total["dropped"] == dropped.sum() > 0 and total["dropped_seq"] == dropped.any(-1).sum()
+    assert total["sequences"] == (mask > 0).any(-1).sum() and total["truncated"] == 0
+    assert total["measured"] == measured.sum() and total["k1"] == pytest.approx(sums(None, proximal, rollout, measured)["k1"])
 
 
 def test_scale_tightens_towards_one():
@@ -178,3 +184,10 @@ def test_nonsense_bounds_are_refused_naming_the_field(block, field):
     with pytest.raises(ValidationError) as err:
         AlgorithmConfig(correction=block)
     assert f"correction.{field}" in str(err.value).replace("\n", ".").replace(" ", "")
+
+
+def test_the_bounds_in_force_by_name():
+    cfg = CorrectionConfig(tis_cap=2.0, sequence="geometric")
+    assert cfg.in_force() == {"tis_cap": 2.0, "sequence_lo": 0.99, "sequence_hi": 1.01}
+    assert CorrectionConfig(icepop=Bounds(lo=0.5, hi=2.0)).scaled(0.5).in_force() == pytest.approx(
+        {"icepop_lo": 0.5 ** 0.5, "icepop_hi": 2 ** 0.5})
