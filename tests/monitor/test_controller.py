@@ -93,3 +93,18 @@ def test_the_learners_mismatch_metrics_steer_the_correction_and_a_persons_comman
     resumed.seen([person])
     assert resumed.mismatch.state.scale == 1.0
     store.close()
+
+
+def test_a_persons_correction_command_is_a_set_correction_and_nonsense_is_refused():
+    import argparse
+
+    import pytest
+
+    from ops.control_cli import control_command, correction_scale
+    from svc_monitor.adapters import decision_row
+
+    msg = control_command("correction", "by hand", user="test", scale=0.25)
+    assert msg.WhichOneof("command") == "set_correction" and decision_row(msg, 0).weights == {"scale": 0.25}
+    for bad in ("0", "-1", "tight"):
+        with pytest.raises(argparse.ArgumentTypeError, match="correction scale"):
+            correction_scale(bad)
