@@ -14,7 +14,7 @@ def test_nested_yaml_blocks_and_json_flags_that_change_only_what_they_name(tmp_p
         "algorithm": {"advantage": "rloo", "policy_loss": "dapo", "eps_high": 0.3,
                       "shaping": {"format_reward": 0.2, "overlong_buffer_frac": 0.5}},
         "train": {"lr": 1e-5, "minibatches": 16}}))
-    cfg = LearnerServiceConfig.load(["--algorithm", '{"shaping": {"format_reward": 0.0}}'],
+    cfg = LearnerServiceConfig.load(["--config", str(path), "--algorithm", '{"shaping": {"format_reward": 0.0}}'],
                                     env={"M1FLOW_TRAIN": '{"grad_clip": 0.5}'})
     assert (cfg.batch_groups, cfg.batch_timeout_s) == (8, 5)
     assert (cfg.algorithm.advantage, cfg.algorithm.policy_loss, cfg.algorithm.eps_high) == ("rloo", "dapo", 0.3)
