@@ -85,12 +85,13 @@ def verl_weight(verl, cfg: CorrectionConfig, proximal, rollout, mask):
     return weight
 
 
+# asymmetric bounds: reading the interval on p_rollout / p_train instead would fail the comparison
 CORRECTIONS = {
     "tis": CorrectionConfig(tis_cap=1.2),
-    "icepop": CorrectionConfig(icepop=Bounds(lo=0.8, hi=1.25)),
-    "geometric": CorrectionConfig(sequence="geometric", sequence_bounds=Bounds(lo=0.95, hi=1.05)),
-    "product": CorrectionConfig(sequence="product", sequence_bounds=Bounds(lo=0.3, hi=3.0)),
-    "tis+geometric": CorrectionConfig(tis_cap=1.5, sequence="geometric", sequence_bounds=Bounds(lo=0.95, hi=1.05)),
+    "icepop": CorrectionConfig(icepop=Bounds(lo=0.7, hi=1.25)),
+    "geometric": CorrectionConfig(sequence="geometric", sequence_bounds=Bounds(lo=0.97, hi=1.2)),
+    "product": CorrectionConfig(sequence="product", sequence_bounds=Bounds(lo=0.5, hi=4.0)),
+    "tis+geometric": CorrectionConfig(tis_cap=1.5, sequence="geometric", sequence_bounds=Bounds(lo=0.9, hi=1.02)),
     "icepop+product": CorrectionConfig(icepop=Bounds(lo=0.5, hi=2.0), sequence="product",
                                        sequence_bounds=Bounds(lo=0.2, hi=5.0)),
 }
