@@ -37,7 +37,7 @@ OUT = ("metrics", "dlq")  # every stream worker writes its metrics and dead lett
 ACLS: dict[str, Grants] = {
     "sandbox": Grants(group=False),  # touches no topic
     "reward": Grants(read=("rollouts", "control"), write=("scored", *OUT)),
-    "learner": Grants(read=("scored",), write=("policy", *OUT)),
+    "learner": Grants(read=("scored", "control"), write=("policy", *OUT)),  # control: set_correction
     "rollout": Grants(read=("prompts", "policy", "control"), write=("rollouts", *OUT), describe=("scored",),
                       describe_groups=("m1flow-reward", "m1flow-learner")),
     "monitor": Grants(read=("rollouts", "scored", "metrics", "control", "dlq", "policy", "evals"),

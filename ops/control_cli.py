@@ -23,6 +23,16 @@ MAX_WINDOW = 2**31 - 1
 MAX_LEVEL = 2**31 - 1
 
 
+def correction_scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the correction scale must be a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"the correction scale must be > 0 (1: the configured bounds), got {value}")
+    return value
+
+
 def window_size(text: str) -> int:
     try:
         value = int(text)
@@ -74,7 +84,7 @@ def mixture_text(weights: dict, levels: dict, stage: str) -> str:  # noqa: ANN00
 
 def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str | None = None,  # noqa: ANN201
                     weights: dict[str, float] | None = None, levels: dict[str, int] | None = None,
-                    stage: str = "", version: int = -1, sets: list[str] | None = None):
+                    stage: str = "", version: int = -1, sets: list[str] | None = None, scale: float = 0.0):
     """The Control message a person's command becomes."""
     from m1flow.bus import codec
     from m1flow.contracts import events
@@ -96,6 +106,8 @@ def control_command(action: str, reason: str, max_new_tokens: int = 0, user: str
             raise ValueError("evaluate needs --version N (a policy version the learner announced)")
         msg.evaluate.version = version
         msg.evaluate.sets.extend(sets or [])
+    elif action == "correction":
+        msg.set_correction.scale = scale
     elif action in ("pause", "resume"):
         getattr(msg, action).SetInParent()
     else:
@@ -111,7 +123,8 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
     msg = control_command(args.action, args.reason, getattr(args, "max_new_tokens", 0),
                           weights=dict(getattr(args, "weight", None) or []),
                           levels=dict(getattr(args, "level", None) or []), stage=getattr(args, "stage", ""),
-                          version=getattr(args, "version", -1), sets=getattr(args, "set", None))
+                          version=getattr(args, "version", -1), sets=getattr(args, "set", None),
+                          scale=getattr(args, "scale", 0.0))
     command = msg.WhichOneof("command")
     producer = Producer(bootstrap, "m1flow-cli")
     try:
@@ -119,6 +132,8 @@ def cmd_control(args: argparse.Namespace, bootstrap: str) -> int:
     finally:
         producer.close(timeout=30)
     detail = f" {msg.set_window.max_new_tokens}" if command == "set_window" else ""
+    if command == "set_correction":
+        detail = f" {msg.set_correction.scale:g}"
     if command == "set_mixture":
         m = msg.set_mixture
         detail = f" ({mixture_text(dict(m.weights), dict(m.levels), m.stage)})"
@@ -244,7 +259,8 @@ def report_json(rep: Any) -> str:
 
 def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argparse.Namespace], str]) -> None:
     """The `control` and `report` subcommands (cli.py calls this once)."""
-    c = sub.add_parser("control", help="send recalibrate, window N, mixture, evaluate, pause or resume on `control`")
+    c = sub.add_parser("control", help="send recalibrate, window N, mixture, evaluate, correction S, pause or resume "
+                                          "on `control`")
     actions = c.add_subparsers(dest="action", required=True)
     reason = argparse.ArgumentParser(add_help=False)
     reason.add_argument("--reason", default="requested by hand", help="recorded with the command")
@@ -265,6 +281,10 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_of: Callable[[argpars
                            help="evaluate a policy version on the held-out sets (svc_eval), besides its schedule")
     e.add_argument("--version", type=int, required=True, help="the policy version (as announced on `policy`)")
     e.add_argument("--set", action="append", metavar="NAME", help="a held-out set (repeatable; default: every set)")
+    k = actions.add_parser("correction", parents=[reason],
+                           help="scale the learner's mismatch-correction bounds (1: as configured, < 1: tighter); "
+                                "the monitor's mismatch rule goes on from it")
+    k.add_argument("scale", type=correction_scale)
     actions.add_parser("pause", parents=[reason], help="stop taking new prompts (svc_rollout)")
     actions.add_parser("resume", parents=[reason], help="take prompts again (svc_rollout)")
     c.set_defaults(func=lambda args: cmd_control(args, bootstrap_of(args)))

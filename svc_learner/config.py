@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from m1flow import store
 from m1flow.checkpoint import LEARNER_CHECKPOINTS
@@ -35,6 +35,14 @@ class LearnerServiceConfig(ServiceConfig):
                                        description="advantage estimator, policy loss, selection, shaping")
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=2e-4, minibatches=2),
                                description="optimizer, minibatch updates per batch, LM head")
+
+    @model_validator(mode="after")
+    def _correction_has_proximal(self) -> LearnerServiceConfig:
+        if self.algorithm.correction.active and self.train.old_logp_source != "recompute":
+            raise ValueError("algorithm.correction needs train.old_logp_source: recompute (the corrections weigh "
+                             "the learner's recomputed log-probs against the rollout's; with 'rollout' they are "
+                             "the same and the correction does nothing)")
+        return self
 
     def checkpoint_root(self) -> Path:
         """The local directory checkpoints are written to (on s3: the staging copy before upload)."""

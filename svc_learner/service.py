@@ -19,7 +19,9 @@ from prometheus_client import Counter as PromCounter
 from m1flow.accounting import SourceKindLabels
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
-from m1flow.bus.topics import POLICY, SCORED, policy_key
+from m1flow.bus.control import CommandRule, ControlFollower
+from m1flow.bus.topics import CONTROL, POLICY, SCORED, policy_key
+from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.rl.filling import BatchFiller
 from m1flow.rl.selection import (GROUP_LABEL, GROUP_SKIPPED, GROUP_TRAINED, LEFT_OUT_LABEL, Skipped,
@@ -28,6 +30,7 @@ from m1flow.runtime.service import Service
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, init_distributed, leave
 from svc_learner.source_stats import source_metrics
+from svc_learner.steering import COMMANDS, CorrectionSteering
 from svc_learner.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,8 @@ class ScoredHandler(HandlerBase):
         self.records = []
         offsets = ctx.committable()
         trainer = self.service.trainer
+        if self.service.steering is not None:
+            self.service.steering.poll()
         started = time.monotonic()
         try:
             stats = trainer.step(selected, offsets, self.skipped_since_step)
@@ -111,7 +116,7 @@ class ScoredHandler(HandlerBase):
         stats.note(wait_s=started - self.step_ended, step_s=ended - started,
                    wait_first_s=(self.first_offer or started) - self.step_ended)
         self.step_ended, self.first_offer = ended, None
-        per_source = source_metrics(selected, self.skipped_since_step, self.source_labels)
+        per_source = source_metrics(selected, self.skipped_since_step, self.source_labels, stats.rows, stats.corrected)
         self.skipped_since_step = []
         version = trainer.state.version
         announcement = trainer.announcement(self.service.config.run_id)
@@ -152,20 +157,40 @@ class LearnerService(Service, name="learner", config=LearnerServiceConfig):
         if 2 * config.batch_groups < self.ranks.world:  # a group trains at least two samples
             raise ValueError(f"batch_groups {config.batch_groups} cannot feed {self.ranks.world} ranks")
         self.trainer = Trainer(config, self.ranks)
+        self.steering: CorrectionSteering | None = None
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_LearnerServiceServicer_to_server(LearnerGrpc(self), server)
         return ["m1flow.v1.LearnerService"]
 
     def start(self) -> None:
+        self.steering = self._steering()
         self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
                                   max_records=16)
         announcement = self.trainer.announcement(self.config.run_id)  # again: compaction may have lost it
         self.stream.producer.send(POLICY, policy_key(announcement), announcement)
         self.stream.producer.flush()
 
+    def _steering(self) -> CorrectionSteering | None:
+        """Follow the monitor's set_correction where a correction is configured, in a live run."""
+        cfg = self.config
+        if not cfg.algorithm.correction.active or cfg.replaying:
+            return None
+        watcher = TopicWatcher(cfg.bootstrap, (CONTROL,), f"learner-{cfg.replica}-watch", group_id=self.group_id,
+                               client=cfg.kafka_client)
+        steering = CorrectionSteering(ControlFollower(watcher, CommandRule(cfg.run_id, COMMANDS)), self.trainer)
+        while not self.stop.is_set():  # the scale in force before the first step
+            try:
+                steering.catch_up()
+                return steering
+            except (TimeoutError, ClientError) as exc:
+                log.warning("reading `control` to its end failed, retrying: %s", exc)
+        return steering
+
     def shutdown(self) -> None:
         self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
+        if self.steering is not None:
+            self.steering.close()
         if self.ranks.world > 1:
             broadcast_batch(None)
             leave()

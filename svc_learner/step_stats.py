@@ -9,17 +9,17 @@ plain dict of name -> float, which is what `run_updates` returns) is what `polic
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from .precision import correlation_moments, pearson_from_moments
+from m1flow.rl.mismatch import ROW_COLUMNS
+
+from .precision import mismatch_values
 
 _LAST_ABS_LOG_RATIO, _LAST_NUM_TOKENS = "_last_abs_log_ratio", "_last_num_tokens"
-_MOMENTS = tuple(f"_corr_{m}" for m in ("n", "x", "y", "xx", "yy", "xy"))  # correlation_moments, summed too
 _PER_UPDATE = ("loss", "grad_norm")  # means over the updates; num_tokens a total; the rest per token
 
 
@@ -33,6 +33,9 @@ class StepStats(Mapping[str, float]):
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
         self._sums: dict[str, Tensor | float] = {}
+        self._rows: Tensor | None = None
+        self.corrected = False  # a mismatch correction acted on the batch
+        self.rows: Tensor | None = None  # once reduced: the batch's per-response mismatch sums, in batch order
 
     def __getitem__(self, key: str) -> float:
         return self.values[key]
@@ -56,10 +59,13 @@ class StepStats(Mapping[str, float]):
             self._sums[_LAST_ABS_LOG_RATIO] = (minibatch["abs_log_ratio"] * n_tok).detach()
             self._sums[_LAST_NUM_TOKENS] = n_tok.detach()
 
-    def correlate(self, train_logp: Tensor, infer_logp: Tensor, mask: Tensor) -> None:
-        """The train/inference probability correlation is measured on these tokens (see precision)."""
-        for key, value in zip(_MOMENTS, correlation_moments(train_logp, infer_logp, mask)):
-            self._sums[key] = value
+    def mismatch(self, rows: Tensor, index: Tensor, batch_size: int, corrected: bool) -> None:
+        """The per-response train/inference mismatch sums (m1flow.rl.mismatch.row_sums) of the batch's
+        rows `index`; `corrected`: a correction acted on them (its shares are then published)."""
+        if self._rows is None:
+            self._rows = torch.zeros(batch_size, len(ROW_COLUMNS), dtype=torch.float64, device=rows.device)
+        self._rows[index.to(rows.device)] = rows
+        self.corrected = corrected
 
     def _add(self, key: str, value: Tensor | float) -> None:
         previous = self._sums.get(key, 0.0)
@@ -72,7 +78,6 @@ class StepStats(Mapping[str, float]):
                                         for k in keys]))
         reduced = dict(zip(keys, totals.tolist()))
         self._sums = {}
-        moments = torch.tensor([reduced.pop(k) for k in _MOMENTS], dtype=torch.float64)
         last_abs, last_tokens = reduced.pop(_LAST_ABS_LOG_RATIO), reduced.pop(_LAST_NUM_TOKENS)
         n_tok = max(reduced["num_tokens"], 1.0)
         out = self.values
@@ -81,10 +86,10 @@ class StepStats(Mapping[str, float]):
             out[key] = value / updates if key in _PER_UPDATE else value if key == "num_tokens" else value / n_tok
         out["drift_abs_log_ratio_last"] = last_abs / max(last_tokens, 1.0)
         out["pos_clip_high_share"] = out["pos_clip_high_frac"] / out["pos_frac"] if out["pos_frac"] > 0 else 0.0
-        corr = pearson_from_moments(moments)
-        out["train_infer_tokens"] = float(moments[0])  # how many tokens it was measured on
-        if not math.isnan(corr):  # no value on a step with no sample of the trained version: no point
-            out["train_infer_corr"] = corr
+        if self._rows is not None:
+            self.rows = ranks.sum(self._rows).cpu()
+            self._rows = None
+            out.update(mismatch_values(self.rows.sum(0), self.corrected))
         return out
 
     def note(self, values: Mapping[str, float] = {}, **more: float) -> None:  # noqa: B006 - read only

@@ -35,6 +35,7 @@ class Trainer:
         self.ranks = ranks
         self.root = cfg.checkpoint_root()  # local: the checkpoints, or (s3) their staging copy
         self.store = cfg.checkpoint_store()
+        self.correction_scale = 1.0  # the monitor's `set_correction` (m1flow.rl.correction)
         self.loss_spec = cfg.algorithm.loss()
         self.drift_limit = drift_limit(self.loss_spec.name, cfg.train.drift_limit)
         torch.manual_seed(cfg.seed)
@@ -94,6 +95,11 @@ class Trainer:
         return self.store.save(self.model, self.tokenizer, self.optimizer, self.state,
                                keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
 
+    def set_correction(self, scale: float) -> None:
+        """Scale the mismatch correction's configured bounds (1: as configured; < 1: tighter)."""
+        self.loss_spec = self.cfg.algorithm.loss(scale)
+        self.correction_scale = scale
+
     def update(self, batch: Batch, stats: StepStats | None = None) -> dict[str, float]:
         """The optimizer steps on one batch; every rank runs it on the same batch."""
         return run_updates(self.scorer, self.optimizer, batch, self.cfg.train, self.loss_spec, self.ranks, stats,
@@ -121,6 +127,9 @@ class Trainer:
         if warning:
             log.warning("step %s: %s", self.state.version + 1, warning)
         stats.note(drift_warning=float(warning is not None))  # on `metrics` as learner/drift_warning
+        if self.loss_spec.correction is not None:  # the bounds in force, beside the shares they produced
+            stats.note({f"correction_{k}": v for k, v in self.loss_spec.correction.in_force().items()},
+                       correction_scale=self.correction_scale)
         with self.lock:
             self.state.version += 1
             self.state.step += 1

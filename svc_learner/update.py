@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 from m1flow import lm
+from m1flow.rl.mismatch import row_sums
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
 from . import packing
@@ -227,7 +228,8 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
 def _objective(old_logp: Tensor, mb: Batch, mask: Tensor, loss_spec: LossSpec, ranks: Ranks) -> TokenObjective:
     """The minibatch's token objective, normalised by the trained tokens and samples of every rank."""
     counts = ranks.sum(torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]))
-    return TokenObjective.build(old_logp, mb.advantages, mask, loss_spec, Totals(float(counts[0]), float(counts[1])))
+    return TokenObjective.build(old_logp, mb.advantages, mask, loss_spec, Totals(float(counts[0]), float(counts[1])),
+                                mb.rollout_logp)
 
 
 def run_updates(
@@ -267,10 +269,13 @@ def run_updates(
         optimizer.step()
         stats.add(policy_stats(logp, objective, mask, entropy), loss, grad_norm / ranks.world, last=step == len(parts) - 1)
         if step == 0 and not recompute:  # the policy that scored minibatch 0 is still the one the batch was handed
-            stats.correlate(logp, mb.rollout_logp, _drawn_by(mb, mask, version))
-    if recompute:  # the recomputed pass saw the whole batch before any update
-        local = torch.cat(parts)
-        stats.correlate(old_logp[local], batch.rollout_logp[local], _drawn_by(batch, trainable_mask(batch), version)[local])
+            rows = row_sums(None, logp, mb.rollout_logp, mask, _drawn_by(mb, mask, version))
+            stats.mismatch(rows, idx, len(batch), corrected=False)
+    if recompute:  # the recomputed pass saw the whole batch before any update: the corrections' proximal
+        local, mask = torch.cat(parts), trainable_mask(batch)
+        rows = row_sums(loss_spec.correction, old_logp[local], batch.rollout_logp[local], mask[local],
+                        _drawn_by(batch, mask, version)[local])
+        stats.mismatch(rows, local, len(batch), corrected=loss_spec.correction is not None)
     return stats.reduce(len(parts), ranks, batch.input_ids.device)  # one device for NCCL (CUDA tensors only)
 
 

@@ -28,6 +28,8 @@ def control_message(command: Command, producer: str, run_id: str) -> events.Cont
         msg.set_mixture.weights.update(command.weights)
         msg.set_mixture.levels.update(command.levels)
         msg.set_mixture.stage = command.stage
+    elif command.command == "set_correction":
+        msg.set_correction.scale = command.scale
     else:
         raise ValueError(f"unknown command {command.command!r}")
     return msg

@@ -86,10 +86,13 @@ def evidence_dict(evidence: events.Evidence) -> dict:
 def decision_row(control: events.Control, version: int) -> DecisionRow:
     reason = control.reason or (control.recalibrate.reason if control.HasField("recalibrate") else "")
     mixture = control.set_mixture if control.HasField("set_mixture") else None
+    weights = dict(mixture.weights) if mixture else None
+    if control.HasField("set_correction"):  # its one number in the weights column: {"scale": s}
+        weights = {"scale": control.set_correction.scale}
     return DecisionRow(message_id=control.header.message_id, ts_ms=control.header.created_unix_ms,
                        command=command_of(control), max_new_tokens=control.set_window.max_new_tokens,
                        reason=reason, evidence=evidence_dict(control.evidence), version=version,
-                       weights=dict(mixture.weights) if mixture else None,
+                       weights=weights,
                        levels=dict(mixture.levels) if mixture else None, stage=mixture.stage if mixture else "")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from m1flow.rl.config import AlgorithmConfig
 from m1flow.runtime.config import ServiceConfig
@@ -69,6 +69,33 @@ class PrecisionConfig(BaseModel):
     threshold: float = Field(0.95, description="alert while the correlation is below this")
 
 
+class MismatchConfig(BaseModel):
+    """Steering the learner's mismatch-correction bounds (svc_monitor/rules/mismatch.py): tighter
+    while the train/inference mismatch is high, back towards the configured ones while it stays low."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="publish set_correction (turn on where the learner has a correction)")
+    corr_metric: str = Field("learner/train_infer_corr", description="the learner's correlation metric")
+    kl_metric: str = Field("learner/train_infer_k3", description="the learner's KL(rollout || train) metric")
+    corr_low: float = Field(0.95, description="a step is bad below this correlation ...")
+    kl_high: float = Field(0.01, gt=0, description="... or above this KL (nats per token)")
+    corr_ok: float = Field(0.98, description="a step is good at or above this correlation ...")
+    kl_ok: float = Field(0.002, gt=0, description="... and at or below this KL (between: neither)")
+    tighten_after: int = Field(2, ge=1, description="bad steps in a row that tighten the bounds")
+    relax_after: int = Field(5, ge=1, description="good steps in a row that relax them")
+    factor: float = Field(0.5, gt=0, lt=1, description="each tightening multiplies the scale by this")
+    min_scale: float = Field(0.125, gt=0, le=1, description="the tightest scale")
+
+    @model_validator(mode="after")
+    def _bands(self) -> MismatchConfig:
+        if self.corr_ok < self.corr_low:
+            raise ValueError(f"corr_ok ({self.corr_ok}) < corr_low ({self.corr_low}): no hysteresis band")
+        if self.kl_ok > self.kl_high:
+            raise ValueError(f"kl_ok ({self.kl_ok}) > kl_high ({self.kl_high}): no hysteresis band")
+        return self
+
+
 class OpsConfig(BaseModel):
     """Lag, staleness, throughput and dead letters, sampled on a clock."""
 
@@ -107,6 +134,7 @@ class MonitorConfig(ServiceConfig):
     length_bias: LengthBiasConfig = Field(default_factory=LengthBiasConfig)
     window: WindowConfig = Field(default_factory=WindowConfig)
     precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+    mismatch: MismatchConfig = Field(default_factory=MismatchConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig,

@@ -13,9 +13,10 @@ from svc_monitor.config import MonitorConfig
 from svc_monitor.outcome import Outcome
 from svc_monitor.rules.curriculum import CurriculumRule
 from svc_monitor.rules.length_bias import LengthBiasRule
+from svc_monitor.rules.mismatch import MismatchRule
 from svc_monitor.rules.precision import PrecisionRule
 from svc_monitor.rules.window_stages import WindowStageRule
-from svc_monitor.schema import DecisionRow, GenRMSampleRow, GroupRow, RolloutRow
+from svc_monitor.schema import DecisionRow, GenRMSampleRow, GroupRow, MetricRow, RolloutRow
 from svc_monitor.store import Store
 
 STATE_KEY = "controller"
@@ -27,12 +28,13 @@ class Controller:
         self.store = store
         self.cfg = cfg
         state = store.get_state(STATE_KEY) or {}
-        self.cursors: dict[str, int] = {"genrm": 0, "rollouts": 0, "precision": 0, "groups": 0,
+        self.cursors: dict[str, int] = {"genrm": 0, "rollouts": 0, "precision": 0, "groups": 0, "mismatch": 0,
                                         **state.get("cursors", {})}
         self.length_bias = LengthBiasRule(cfg.length_bias, state.get("length_bias"))
         self.window = WindowStageRule(cfg.window, state.get("window"))
         self.precision = PrecisionRule(cfg.precision, state.get("precision"))
         self.curriculum = CurriculumRule(cfg.curriculum, state.get("curriculum"))
+        self.mismatch = MismatchRule(cfg.mismatch, state.get("mismatch"))
         self.dirty = False
 
     def save(self) -> None:
@@ -42,7 +44,8 @@ class Controller:
         self.dirty = False
         self.store.set_state(STATE_KEY, {"cursors": self.cursors, "length_bias": self.length_bias.snapshot(),
                                          "window": self.window.snapshot(), "precision": self.precision.snapshot(),
-                                         "curriculum": self.curriculum.snapshot()})
+                                         "curriculum": self.curriculum.snapshot(),
+                                         "mismatch": self.mismatch.snapshot()})
 
     def _fresh(self, newest_ms: int) -> bool:
         return time.time() * 1000 - newest_ms <= self.cfg.act_within_s * 1000
@@ -100,7 +103,20 @@ class Controller:
             out.extend(self.precision.evaluate(metrics))
             self.cursors["precision"] = metrics[-1].id
             self.dirty = True
+        if self.cfg.mismatch.enabled and (rows := self.next_mismatch_rows()):
+            out.extend(self.mismatch.evaluate(rows, act=self._fresh(max(r.ts_ms for r in rows))))
+            self.dirty = True
         return out
+
+    def next_mismatch_rows(self) -> list[MetricRow]:
+        """The learner's correlation and KL rows after the cursor, oldest first (up to the newest row
+        stored before reading, so that a row written between the two reads is not skipped)."""
+        upto, after, cfg = self.store.last_id(MetricRow), self.cursors["mismatch"], self.cfg.mismatch
+        rows = sorted((r for name in (cfg.corr_metric, cfg.kl_metric) for r in self.store.metrics_after(after, name)
+                       if r.id <= upto), key=lambda r: r.id)
+        if rows:
+            self.cursors["mismatch"] = rows[-1].id
+        return rows
 
     def seen(self, decisions: list[DecisionRow]) -> None:
         """Commands a person sent on `control` (the monitor's own are in its state already)."""
@@ -111,4 +127,6 @@ class Controller:
                 self.window.window_set(decision.max_new_tokens)
             elif decision.command == "set_mixture":
                 self.curriculum.mixture_set(decision.weights or {}, decision.levels or {}, decision.stage)
+            elif decision.command == "set_correction":
+                self.mismatch.scale_set((decision.weights or {}).get("scale", 0.0))
             self.dirty = True

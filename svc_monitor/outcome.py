@@ -39,8 +39,9 @@ class Signal:
 
 @dataclass(frozen=True)
 class Command:
-    """A command for `control`: "recalibrate", "set_window" or "set_mixture" (the whole mixture in
-    force after it: weights, levels and the stage)."""
+    """A command for `control`: "recalibrate", "set_window", "set_mixture" (the whole mixture in
+    force after it: weights, levels and the stage) or "set_correction" (the scale of the learner's
+    mismatch-correction bounds)."""
 
     command: str
     reason: str
@@ -49,6 +50,7 @@ class Command:
     weights: dict[str, float] = field(default_factory=dict)
     levels: dict[str, int] = field(default_factory=dict)
     stage: str = ""
+    scale: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Following `control`: one rule for which commands a service applies, and the follower that keeps it.
 
 Every service that takes commands (svc_source: set_mixture, set_window; svc_rollout: set_window,
-pause, resume; svc_reward: recalibrate) reads `control` from its beginning with a TopicWatcher, by
+pause, resume; svc_reward: recalibrate; svc_learner: set_correction) reads `control` from its beginning with a TopicWatcher, by
 assignment, so that every replica sees every command (`policy` may be read beside it: a policy
 announcement passes through only when the service's check admits it, m1flow.security.announcements;
 a refused one is dropped here, counted by the check, and nothing downstream sees it). A command
@@ -29,7 +29,7 @@ from google.protobuf.message import Message
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events
 
-SETTINGS = frozenset({"set_window", "pause", "resume", "set_mixture"})
+SETTINGS = frozenset({"set_window", "pause", "resume", "set_mixture", "set_correction"})
 ACTIONS = frozenset({"recalibrate", "evaluate"})
 
 

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from m1flow.contracts import events
 from m1flow.rl.advantages import ADVANTAGE_ESTIMATORS
+from m1flow.rl.correction import CorrectionConfig
 from m1flow.rl.selection import Selected, Skipped, select_group
 from m1flow.rl.shaping import ShapingConfig
 
@@ -29,6 +30,9 @@ class AlgorithmConfig(BaseModel):
     max_staleness: int = Field(2, ge=0, description="leave out samples more policy versions old than this")
     dynamic_sampling: bool = Field(True, description="skip groups whose shaped rewards are all equal")
     shaping: ShapingConfig = Field(default_factory=ShapingConfig, description="format reward, overlong penalty")
+    correction: CorrectionConfig = Field(
+        default_factory=CorrectionConfig, description="train/inference mismatch corrections (token TIS, IcePop, "
+                                                      "sequence masking); need train.old_logp_source: recompute")
 
     @field_validator("advantage")
     @classmethod
@@ -44,10 +48,12 @@ class AlgorithmConfig(BaseModel):
         POLICY_LOSSES.get(name)
         return name
 
-    def loss(self) -> LossSpec:
+    def loss(self, correction_scale: float = 1.0) -> LossSpec:
+        """The loss; the correction's bounds scaled as the monitor last asked (m1flow.rl.correction)."""
         from m1flow.rl.objectives import LossSpec
 
-        return LossSpec(self.policy_loss, self.eps_low, self.eps_high, self.loss_norm)
+        correction = self.correction.scaled(correction_scale) if self.correction.active else None
+        return LossSpec(self.policy_loss, self.eps_low, self.eps_high, self.loss_norm, correction)
 
     def select(self, group: events.ScoredGroup, current_version: int) -> Selected | Skipped:
         return select_group(group, current_version, estimator=self.advantage, max_staleness=self.max_staleness,

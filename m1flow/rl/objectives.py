@@ -25,6 +25,9 @@ Normalisation (how token terms are weighted into one number):
 For data-parallel training pass the global token / response counts (`totals`), so each rank's
 share of the loss uses the same denominator as the single-process loss.
 
+A mismatch correction (m1flow.rl.correction: token TIS, IcePop, sequence masking) composes with any
+of them: one more detached per-token weight, from the proximal and the rollout log-probs.
+
 A policy loss is registered by name with its default clip range (`@register_policy_loss`): a
 function from the importance ratio and the advantage to the unified form's (w, M).
 """
@@ -39,6 +42,8 @@ import torch
 from torch import Tensor
 
 from m1flow.registry import Registry
+from m1flow.rl.correction import CorrectionConfig
+from m1flow.rl.mismatch import correct
 
 Norm = Literal["token", "sample", "sample_token"]
 SurrogateWeights = Callable[[Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
@@ -73,6 +78,7 @@ class LossSpec:
     eps_low: float | None = None  # None: the loss's registered default
     eps_high: float | None = None
     norm: Norm = "token"
+    correction: CorrectionConfig | None = None  # None or inactive: no mismatch correction
 
     def __post_init__(self) -> None:
         kind = POLICY_LOSSES.get(self.name)
@@ -149,15 +155,21 @@ class TokenObjective:
 
     old_logp: Tensor
     advantages: Tensor
-    token_weight: Tensor
+    token_weight: Tensor  # the normalisation's weight times the mismatch correction's
     loss_spec: LossSpec
 
     @classmethod
     def build(cls, old_logp: Tensor, advantages: Tensor, mask: Tensor, loss: LossSpec = LossSpec(),
-              totals: Totals | None = None) -> TokenObjective:
-        """From [N, T] old log-probs and mask and [N] or [N, T] advantages."""
+              totals: Totals | None = None, rollout_logp: Tensor | None = None) -> TokenObjective:
+        """From [N, T] old (proximal) log-probs and mask and [N] or [N, T] advantages; a mismatch
+        correction also needs the rollout's [N, T] log-probs."""
         adv = (advantages[:, None] if advantages.dim() == 1 else advantages).float().expand_as(mask)
-        return cls(old_logp.float(), adv, token_weights(mask, loss.norm, totals), loss)
+        weight = token_weights(mask, loss.norm, totals)
+        if loss.correction is not None and loss.correction.active:
+            if rollout_logp is None:
+                raise ValueError("a mismatch correction needs the rollout's log-probs")
+            weight = weight * correct(loss.correction, old_logp, rollout_logp, mask).weight
+        return cls(old_logp.float(), adv, weight, loss)
 
     def select(self, index: Tensor) -> TokenObjective:
         """The objective of the tokens picked by index (a boolean mask or indices), flattened."""
@@ -184,13 +196,15 @@ def policy_loss(
     loss: LossSpec = LossSpec(),
     entropy: Tensor | None = None,
     totals: Totals | None = None,
+    rollout_logp: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss (negative objective) and statistics for one minibatch of responses.
 
-    logp carries the gradient; old_logp is the behaviour policy's log-prob; mask is 1 on trained
-    tokens; advantages is [N] (one per response) or [N, T].
+    logp carries the gradient; old_logp is the proximal policy's log-prob (the behaviour policy's
+    when no correction is set); rollout_logp the engine's (for a mismatch correction); mask is 1 on
+    trained tokens; advantages is [N] (one per response) or [N, T].
     """
-    objective = TokenObjective.build(old_logp, advantages, mask, loss, totals)
+    objective = TokenObjective.build(old_logp, advantages, mask, loss, totals, rollout_logp)
     return objective.loss(logp), policy_stats(logp, objective, mask, entropy)
 
 

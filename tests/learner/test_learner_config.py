@@ -38,3 +38,20 @@ def test_reward_components_nest_under_the_reward_config(tmp_path):
     cfg = RewardConfig.load(["--config", str(path)], env={})
     assert (cfg.math.workers, cfg.math.timeout_s, cfg.code.mode, cfg.code.parallel) == (1, 2.5, "all", 2)
     assert cfg.genrm.repeats == 2 and cfg.genrm.judge == "length" and cfg.genrm.calibration.l2 == 0.5
+
+
+def test_mismatch_bounds_that_make_no_sense_are_refused_at_start_up_naming_the_field(tmp_path):
+    path = tmp_path / "learner.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"correction": {"icepop": {"lo": 2.0, "hi": 0.5}}},
+                                    "train": {"old_logp_source": "recompute"}}))
+    with pytest.raises(ValidationError, match=r"algorithm\.correction\.icepop[\s\S]*lo \(2\) > hi \(0\.5\)"):
+        LearnerServiceConfig.load(["--config", str(path)], env={})
+    with pytest.raises(ValidationError, match=r"algorithm\.correction\.tis_cap"):
+        LearnerServiceConfig.load(["--algorithm", '{"correction": {"tis_cap": 0}}'], env={})
+
+
+def test_a_mismatch_correction_needs_the_recomputed_proximal_logprobs():
+    with pytest.raises(ValidationError, match="train.old_logp_source: recompute"):
+        LearnerServiceConfig(algorithm={"correction": {"tis_cap": 2.0}})
+    cfg = LearnerServiceConfig(algorithm={"correction": {"tis_cap": 2.0}}, train={"old_logp_source": "recompute"})
+    assert cfg.algorithm.loss().correction.tis_cap == 2.0 and LearnerServiceConfig().algorithm.loss().correction is None

@@ -77,3 +77,31 @@ def test_label_values_are_capped_the_rest_is_other():
     selected, _ = select(groups)
     m = by_key(source_metrics(selected, [], pair))
     assert m[("src0", "kind0", "groups")] == 1 and m[(OTHER, OTHER, "groups")] == 2
+
+
+def test_each_source_gets_the_mismatch_of_its_own_samples():
+    """Rows in batch order (the selected samples, group by group) split by source: a source whose
+    engine disagreed more shows the larger KL and the larger dropped share."""
+    import torch
+
+    from m1flow.rl.correction import Bounds, CorrectionConfig
+    from m1flow.rl.mismatch import row_sums
+    from svc_learner.precision import mismatch_values
+
+    selected, _ = select([sourced("a", [1.0, 0.0, 1.0, 0.0], "gsm8k", "math", [None] * 4),
+                          sourced("b", [0.0, 1.0, 0.0, 1.0], "mbpp", "code", [None] * 4),
+                          sourced("c", [1.0, 0.0, 0.0, 0.0], "gsm8k", "math", [None] * 4)])
+    n = sum(len(s.samples) for s in selected)
+    g = torch.Generator().manual_seed(0)
+    train = -torch.rand(n, 10, generator=g)
+    noise = torch.where(torch.arange(n) // 4 == 1, 0.5, 0.05)[:, None]  # group b's engine: the noisy one
+    infer = train + noise * torch.randn(n, 10, generator=g)
+    cfg = CorrectionConfig(icepop=Bounds(lo=0.8, hi=1.25))
+    rows = row_sums(cfg, train, infer, torch.ones(n, 10), torch.ones(n, 10))
+    got = by_key(source_metrics(selected, [], SourceKindLabels(), rows, corrected=True))
+    math_rows = torch.cat([rows[:4], rows[8:]]).sum(0)
+    for name, value in mismatch_values(math_rows, True).items():
+        assert got["gsm8k", "math", name] == pytest.approx(value)
+    assert got["mbpp", "code", "train_infer_k3"] > 10 * got["gsm8k", "math", "train_infer_k3"]
+    assert got["mbpp", "code", "correction_dropped_frac"] > got["gsm8k", "math", "correction_dropped_frac"]
+    assert not any(k[2].startswith("train_infer") for k in by_key(source_metrics(selected, [], SourceKindLabels())))

@@ -58,3 +58,53 @@ def test_stale_evidence_is_recorded_but_not_acted_on(tmp_path):
     out = Controller(store, cfg).evaluate()
     assert out.commands == [] and len([s for s in out.signals if s.name == "genrm/length_corr"]) == 3
     store.close()
+
+
+def test_the_learners_mismatch_metrics_steer_the_correction_and_a_persons_command_resets_the_rule(tmp_path):
+    from svc_monitor.actuator import control_message
+    from svc_monitor.adapters import decision_row
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.schema import MetricRow
+
+    cfg = MonitorConfig(mismatch=MismatchConfig(enabled=True, tighten_after=2))
+    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
+
+    def learner_steps(first: int, corr: float, kl: float, n: int) -> None:
+        store.write(Batch(metrics=[MetricRow(service="learner", name=name, step=first + i, value=v, ts_ms=now_ms())
+                                   for i in range(n) for name, v in (("learner/train_infer_corr", corr),
+                                                                     ("learner/train_infer_k3", kl))]))
+
+    learner_steps(0, 0.99, 0.001, 3)
+    store.write(Batch(metrics=[MetricRow(service="learner", name="learner/loss", step=3, value=1.0, ts_ms=now_ms())]))
+    learner_steps(3, 0.80, 0.05, 2)
+    controller = Controller(store, cfg)
+    (command,) = controller.evaluate().commands
+    assert (command.command, command.scale, command.evidence.version_to) == ("set_correction", 0.5, 4)
+    msg = control_message(command, "monitor", "run")
+    assert msg.set_correction.scale == 0.5 and msg.evidence.rule == "mismatch"
+    row = decision_row(msg, 4)
+    assert row.command == "set_correction" and row.weights == {"scale": 0.5}
+    controller.save()
+
+    resumed = Controller(store, cfg)
+    assert resumed.mismatch.state.scale == 0.5 and resumed.evaluate().commands == []
+    person = decision_row(control_message(command.__class__("set_correction", "by hand", command.evidence, scale=1.0),
+                                          "person", "run"), 5)
+    resumed.seen([person])
+    assert resumed.mismatch.state.scale == 1.0
+    store.close()
+
+
+def test_a_persons_correction_command_is_a_set_correction_and_nonsense_is_refused():
+    import argparse
+
+    import pytest
+
+    from ops.control_cli import control_command, correction_scale
+    from svc_monitor.adapters import decision_row
+
+    msg = control_command("correction", "by hand", user="test", scale=0.25)
+    assert msg.WhichOneof("command") == "set_correction" and decision_row(msg, 0).weights == {"scale": 0.25}
+    for bad in ("0", "-1", "tight"):
+        with pytest.raises(argparse.ArgumentTypeError, match="correction scale"):
+            correction_scale(bad)

@@ -156,3 +156,79 @@ def test_no_progress_alert_only_for_watched_groups_with_lag():
     assert sample(50, {"m1flow-reward": (10, 7), "m1flow-learner": (3, 0)}) == []  # raised once
     assert sample(60, {"m1flow-reward": (12, 5), "m1flow-learner": (3, 0)}) == [
         ("no_progress", "m1flow-reward", False)]
+
+
+def mismatch_stream(rule, kinds: str, first: int = 0, act: bool = True) -> list:
+    """One learner step per character: 'h' healthy, 'b' bad mismatch, 'm' in the band between; the
+    commands the rule sent, as (step, scale)."""
+    values = {"h": (0.995, 0.0005), "b": (0.90, 0.03), "m": (0.97, 0.005)}
+    sent = []
+    for i, kind in enumerate(kinds):
+        corr, kl = values[kind]
+        rows = [MetricRow(service="learner", name="learner/train_infer_corr", step=first + i, value=corr),
+                MetricRow(service="learner", name="learner/train_infer_k3", step=first + i, value=kl)]
+        sent += [(c.evidence.version_to, c.scale) for c in rule.evaluate(rows, act=act).commands]
+    return sent
+
+
+def test_mismatch_tightens_the_bounds_while_it_is_high_and_relaxes_them_once_it_stays_low():
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.rules.mismatch import MismatchRule
+
+    rule = MismatchRule(MismatchConfig(enabled=True, tighten_after=2, relax_after=3))
+    assert mismatch_stream(rule, "hhhhhh") == []  # already at the configured bounds
+    assert mismatch_stream(rule, "bbbbbbbb", first=6) == [(7, 0.5), (9, 0.25), (11, 0.125)]  # then the floor
+    assert mismatch_stream(rule, "mmmmmm", first=14) == []  # in the band: neither
+    assert mismatch_stream(rule, "hhhhhhhhhhh", first=20) == [(22, 0.25), (25, 0.5), (28, 1.0)]
+    assert rule.state.scale == 1.0
+
+
+def test_mismatch_hovering_at_a_threshold_does_not_flip_the_bounds():
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.rules.mismatch import MismatchRule
+
+    rule = MismatchRule(MismatchConfig(enabled=True, tighten_after=2, relax_after=2))
+    assert mismatch_stream(rule, "bb") == [(1, 0.5)]
+    assert mismatch_stream(rule, "hbhbhbmhmbhmbh", first=2) == []  # no streak survives the alternation
+
+
+def test_mismatch_decisions_carry_their_evidence_and_survive_a_restart():
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.rules.mismatch import MismatchRule
+
+    cfg = MismatchConfig(enabled=True, tighten_after=3)
+    rule = MismatchRule(cfg)
+    assert mismatch_stream(rule, "hbb") == []
+    restarted = MismatchRule(cfg, rule.snapshot())
+    rows = [MetricRow(service="learner", name="learner/train_infer_corr", step=3, value=0.93),
+            MetricRow(service="learner", name="learner/train_infer_k3", step=3, value=0.004)]
+    (command,) = restarted.evaluate(rows).commands
+    ev = command.evidence
+    assert (command.command, command.scale, ev.rule, ev.version_from, ev.version_to, ev.windows) == (
+        "set_correction", 0.5, "mismatch", 1, 3, 3)
+    assert ev.signals == {"learner/train_infer_corr": 0.93, "learner/train_infer_k3": 0.004,
+                          "mismatch/scale_from": 1.0, "mismatch/scale_to": 0.5}
+    assert ev.thresholds == {"learner/train_infer_corr": 0.95, "learner/train_infer_k3": 0.01}
+    assert "0.93" in command.reason and "1 -> 0.5" in command.reason
+    assert restarted.evaluate(rows).commands == []  # a step already counted is not counted again
+
+
+def test_mismatch_rule_acts_only_when_enabled_and_on_fresh_evidence():
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.rules.mismatch import MismatchRule
+
+    assert mismatch_stream(MismatchRule(MismatchConfig()), "bbbbbb") == []  # disabled by default
+    stale = MismatchRule(MismatchConfig(enabled=True))
+    assert mismatch_stream(stale, "bbbbbb", act=False) == [] and stale.state.scale == 1.0
+
+
+@pytest.mark.parametrize(("block", "field"), [({"corr_ok": 0.9, "corr_low": 0.95}, "corr_ok"),
+                                              ({"kl_ok": 0.05, "kl_high": 0.01}, "kl_ok"),
+                                              ({"factor": 1.5}, "factor"), ({"min_scale": 0}, "min_scale")])
+def test_mismatch_bands_that_make_no_sense_are_refused(block, field):
+    from pydantic import ValidationError
+
+    from svc_monitor.config import MonitorConfig
+
+    with pytest.raises(ValidationError, match=field):
+        MonitorConfig(mismatch=block)
