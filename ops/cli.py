@@ -290,12 +290,13 @@ def cmd_svc(args: argparse.Namespace) -> int:
 
 
 def cmd_feed(args: argparse.Namespace) -> int:
+    bootstrap = _bootstrap(args)  # before the imports below (torch, seconds on a busy machine): no broker says so at once
     from m1flow.bus import Producer
     from ops.feed import publish
     from m1flow.tasks.arith import problems
     from ops.warmstart import WarmStartConfig
 
-    producer = Producer(_bootstrap(args), "feed")
+    producer = Producer(bootstrap, "feed")
     if args.dataset:
         return _feed_dataset(args, producer)
     args.n = 64 if args.n is None else args.n

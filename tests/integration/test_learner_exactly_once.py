@@ -29,6 +29,7 @@ from m1flow.sampling import generator
 from m1flow.status import Status
 from m1flow.tasks.arith import parse_answer, problems
 from ops.warmstart import warm_started_policy
+from tests.integration.helpers import wait_for
 
 GROUPS, BATCH = 80, 4
 # Every sample comes from policy 0; no staleness limit, so what is trained depends on rewards alone.
@@ -118,8 +119,13 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
     rng = random.Random(7)
     partial = []
     for _ in range(4):
+        before = reached_version(crashy)
         proc = launch("learner", crashy, bootstrap, learner_args(policy, "learner-crashy"), replica=1)
-        time.sleep(rng.uniform(0.2, 1.2))
+        # Kill once this run has trained (a fixed sleep once killed every run before its first step on a
+        # loaded machine), at a random moment of a later step: mid-run, whatever the machine's speed.
+        wait_for(lambda: reached_version(crashy) > before, 180, "a step of the restarted learner",
+                 interval=0.05, detail=proc.tail)
+        time.sleep(rng.uniform(0.0, 0.5))
         proc.kill()  # SIGKILL: no shutdown path runs
         proc.proc.wait()
         partial.append(reached_version(crashy))
