@@ -89,6 +89,8 @@ def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredG
             policy_version=rollout.policy_version, prompt_token_ids=rollout.prompt_token_ids,
             token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason,
             max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
+        if rollout.HasField("routed_experts"):  # R3: carried to the learner as it came
+            scored.samples[-1].routed_experts.CopyFrom(rollout.routed_experts)
     return scored
 
 
