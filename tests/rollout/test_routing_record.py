@@ -12,10 +12,20 @@ from m1flow.engines.base import GroupRequest, GroupResult
 from m1flow.engines.native import NativeEngine
 from m1flow.model.routing import recording
 from m1flow.routed_experts import RoutingShape, decode
+from m1flow.tokenizer import build_tokenizer
+from ops.warmstart import WarmStartConfig, build_model
 from svc_rollout.config import RolloutConfig
 from svc_rollout.rollouts import rollouts_for
 
 TEXTS = ["What is 3 + 4?", "What is 12 - 5?"]
+
+
+@pytest.fixture(scope="module")
+def hybrid_policy(tmp_path_factory):
+    """An untrained two-layer hybrid policy directory: routing is recorded whatever the weights."""
+    tok = build_tokenizer()
+    model = build_model(tok, WarmStartConfig(arch="minimax_m1", model_overrides={"num_hidden_layers": 2}))
+    return checkpoint.save_policy(tmp_path_factory.mktemp("policy") / "hybrid", model, tok)
 
 
 def policy(directory) -> events.PolicyVersion:
