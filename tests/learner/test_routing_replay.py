@@ -1,0 +1,132 @@
+"""Routing replay (R3) in the learner: with the engine's recorded experts, the learner's recomputed
+log-probs equal the engine's even when the router's logits move so that it would route every token
+elsewhere; without replay they do not. A record that does not fit is refused with its reason and
+the sample routed by the learner, counted, never a crash."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from m1flow.contracts import events
+from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM, sample_batch
+from m1flow.model.routing import moe_layers, replaying
+from m1flow.routed_experts import encode
+from svc_learner.batching import pack_sequences
+from svc_learner.routing_replay import replay_experts, routing_shape
+from svc_learner.update import SequenceLogprobs
+
+V, EXPERTS = 64, 8
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = MiniMaxM1Config.tiny(vocab_size=V, num_local_experts=EXPERTS, num_experts_per_tok=2)
+    m = MiniMaxM1ForCausalLM(config).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(10)  # a peaked distribution: a changed network shows in the log-probs
+    return m
+
+
+@pytest.fixture(scope="module")
+def rollouts(model) -> list[events.ScoredSample]:
+    """Samples of the engine's sampler (top-p 1: the learner's distribution), with their routing."""
+    gens = [torch.Generator().manual_seed(i) for i in range(len(PROMPTS))]
+    groups = sample_batch(model, PROMPTS, n=2, max_new_tokens=12, top_p=1.0, generators=gens, record_routing=True)
+    return [events.ScoredSample(rollout_id=f"r{i}-{j}", prompt_token_ids=p, token_ids=c.tokens, logprobs=c.logprobs,
+                                routed_experts=encode(c.experts, EXPERTS))
+            for i, (p, g) in enumerate(zip(PROMPTS, groups)) for j, c in enumerate(g)]
+
+
+def recomputed(model, samples, replay: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """(learner log-probs, engine log-probs) on the response tokens, and the replay counts."""
+    ids, mask, engine = pack_sequences([list(s.prompt_token_ids) for s in samples], [list(s.token_ids) for s in samples],
+                                       [list(s.logprobs) for s in samples])
+    experts, counts = replay_experts(samples, ids.shape[1], routing_shape(model))
+    with torch.no_grad(), replaying(model, experts if replay else None):
+        logp = SequenceLogprobs(model)(ids, mask).logp
+    scored = mask.bool().clone()
+    scored[:, 0] = False
+    return logp[scored], engine[scored], counts
+
+
+def lift_the_last_expert(moe, monkeypatch) -> None:
+    """Perturb the router's logits: each token's least likely expert now outranks all others, so the
+    router would route every token elsewhere; the logits of the other experts are left as they were."""
+    own = moe.router_logits
+
+    def perturbed(x: torch.Tensor) -> torch.Tensor:
+        logits = own(x)
+        return logits.scatter_add(-1, logits.argmin(-1, keepdim=True), torch.full_like(logits[:, :1], 50.0))
+
+    monkeypatch.setattr(moe, "router_logits", perturbed)
+
+
+def test_replayed_logprobs_equal_the_engines_under_a_perturbed_router(model, rollouts, monkeypatch):
+    learner, engine, counts = recomputed(model, rollouts, replay=False)
+    torch.testing.assert_close(learner, engine, rtol=0, atol=2e-4)  # same router: same routing either way
+    assert counts == {"routing_replayed": len(rollouts), "routing_refused": 0, "routing_missing": 0}
+    for moe in moe_layers(model):
+        lift_the_last_expert(moe, monkeypatch)
+    learner, engine, _ = recomputed(model, rollouts, replay=True)
+    torch.testing.assert_close(learner, engine, rtol=0, atol=2e-4)
+    learner, engine, _ = recomputed(model, rollouts, replay=False)
+    assert (learner - engine).abs().max() > 100 * 2e-4  # the learner's own routing: another network
+
+
+def test_the_gate_is_still_trained_under_replay(model, rollouts):
+    ids, mask, _ = pack_sequences([list(s.prompt_token_ids) for s in rollouts], [list(s.token_ids) for s in rollouts],
+                                  [list(s.logprobs) for s in rollouts])
+    experts, _ = replay_experts(rollouts, ids.shape[1], routing_shape(model))
+    model.zero_grad(set_to_none=True)
+    with replaying(model, experts):
+        SequenceLogprobs(model)(ids, mask).logp.sum().backward()
+    assert all(moe.gate.weight.grad is not None and moe.gate.weight.grad.abs().sum() > 0 for moe in moe_layers(model))
+    model.zero_grad(set_to_none=True)
+
+
+def mismatched(sample: events.ScoredSample, how: str) -> events.ScoredSample:
+    bad = events.ScoredSample()
+    bad.CopyFrom(sample)
+    r = bad.routed_experts
+    if how == "layers":
+        r.layers += 1
+    elif how == "top_k":
+        r.top_k = 1
+    elif how == "positions":
+        bad.token_ids.append(1)
+        bad.logprobs.append(-1.0)
+    elif how == "bytes":
+        r.experts = r.experts[:-1]
+    elif how == "expert":
+        r.experts = bytes([EXPERTS]) + r.experts[1:]
+    else:
+        bad.ClearField("routed_experts")
+    return bad
+
+
+@pytest.mark.parametrize("how,reason", [("layers", "routed_experts.layers is 5; the model has 4"),
+                                        ("top_k", "routed_experts.top_k is 1; the model has 2"),
+                                        ("positions", "routed_experts.positions is"),
+                                        ("bytes", "routed_experts.experts holds"),
+                                        ("expert", "names expert 8; the model has 8")])
+def test_a_record_that_does_not_fit_is_refused_and_the_learner_routes_it(model, rollouts, how, reason, caplog):
+    samples = [mismatched(rollouts[0], how), rollouts[1]]
+    with caplog.at_level(logging.WARNING, logger="svc_learner.routing_replay"):
+        experts, counts = replay_experts(samples, 40, routing_shape(model))
+    assert counts == {"routing_replayed": 1, "routing_refused": 1, "routing_missing": 0}
+    assert reason in caplog.text and rollouts[0].rollout_id in caplog.text
+    assert bool((experts[0] == -1).all()) and bool((experts[1, 0] >= 0).all())
+
+
+def test_a_sample_without_a_record_is_counted_missing(model, rollouts):
+    _, counts = replay_experts([mismatched(rollouts[0], "none")], 40, routing_shape(model))
+    assert counts == {"routing_replayed": 0, "routing_refused": 0, "routing_missing": 1}
+
+
+def test_replay_needs_moe_layers():
+    with pytest.raises(ValueError, match="train.routing_replay"):
+        routing_shape(torch.nn.Linear(2, 2))
