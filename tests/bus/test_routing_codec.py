@@ -46,3 +46,15 @@ def test_a_rollout_and_its_scored_sample_carry_the_routing_unchanged():
     for sample in scored.samples:
         positions = len(sample.prompt_token_ids) + len(sample.token_ids) - 1
         assert torch.equal(decode(sample.routed_experts, shape, positions), experts[sample.index].long())
+
+
+def test_a_group_too_large_with_its_routing_goes_to_scored_without_it(caplog):
+    rollouts, _, _ = recorded_rollouts()
+    buffer, pending = GroupBuffer(), None
+    big = events.RoutedExperts(layers=80, top_k=2, num_experts=32, positions=60_000, experts=bytes(60_000 * 160))
+    for offset, rollout in enumerate(rollouts):
+        rollout.routed_experts.CopyFrom(big)  # 9.6 MB each: the pair over the 16 MiB limit
+        pending, _ = buffer.add(rollout, Record("rollouts", 0, offset, b"g", b"", 0))
+    scored = score_group(pending, ScorerRegistry())
+    assert len(scored.samples) == 2 and not any(s.HasField("routed_experts") for s in scored.samples)
+    assert "routing records left out" in caplog.text and "over the bus's limit" in caplog.text
