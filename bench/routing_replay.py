@@ -47,7 +47,8 @@ def bytes_table(args: argparse.Namespace) -> None:
         print(f"{window:>8}{r_plain:>12}{r_r3:>12}{r_r3 / r_plain:>7.2f}{(r_r3 - r_plain) / window:>11.1f}"
               f"{token_bytes / window:>15.1f}{r_r3 / RECORD_LIMIT:>9.2f}{group_plain:>12}{group_r3:>12}"
               f"{group_r3 / RECORD_LIMIT:>9.2f}")
-    print("tokens B/token: a response token's own bytes in the Rollout (id varint, log-prob, 4 characters of text)")
+    print("R3 B/token: the record's bytes over the response's tokens (the prompt's positions included); tokens "
+          "B/token: a response token's own bytes (id varint, log-prob, 4 characters of text)")
 
 
 def speed_table(args: argparse.Namespace) -> None:
