@@ -43,7 +43,8 @@ def bytes_table(args: argparse.Namespace) -> None:
         for sample in group.samples:
             sample.routed_experts.CopyFrom(with_r3.routed_experts)
         group_r3 = len(codec.encode(group))
-        token_bytes = (len(plain.SerializeToString()) - len(rollout(0, args.prompt_tokens, args.vocab, rng).SerializeToString()))
+        empty = rollout(0, args.prompt_tokens, args.vocab, rng)
+        token_bytes = len(plain.SerializeToString()) - len(empty.SerializeToString())
         print(f"{window:>8}{r_plain:>12}{r_r3:>12}{r_r3 / r_plain:>7.2f}{(r_r3 - r_plain) / window:>11.1f}"
               f"{token_bytes / window:>15.1f}{r_r3 / RECORD_LIMIT:>9.2f}{group_plain:>12}{group_r3:>12}"
               f"{group_r3 / RECORD_LIMIT:>9.2f}")

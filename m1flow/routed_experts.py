@@ -50,8 +50,8 @@ def decode(record: events.RoutedExperts, shape: RoutingShape, positions: int) ->
                         ("positions", positions)):
         got = getattr(record, field)
         if got != want:
-            raise RoutingMismatch(f"routed_experts.{field} is {got}; the {'sample' if field == 'positions' else 'model'} "
-                                  f"has {want}")
+            owner = "sample" if field == "positions" else "model"
+            raise RoutingMismatch(f"routed_experts.{field} is {got}; the {owner} has {want}")
     dtype = _wire_dtype(shape.num_experts)
     expected = positions * shape.layers * shape.top_k * dtype.itemsize
     if len(record.experts) != expected:

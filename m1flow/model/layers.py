@@ -143,10 +143,10 @@ class Expert(nn.Module):
 class SparseMoE(nn.Module):
     """Top-k mixture of experts; the router runs in fp32 and its top-k weights are renormalised.
 
-    Routing replay (R3, m1flow.model.routing): `replay` [B, T', k] forces the experts of the tokens of
-    inputs [B, T <= T', hidden] (-1: the router's own choice), the weights still the router's probabilities of those experts
-    renormalised, so the gate keeps its gradient; `record`, when a list, receives each forward's
-    chosen experts [..., k]."""
+    Routing replay (R3, m1flow.model.routing): `replay` [B, T', k] forces the experts of the tokens
+    of inputs [B, T <= T', hidden] (-1: the router's own choice), weighted still by the router's
+    probabilities of those experts renormalised, so the gate keeps its gradient; `record`, when a
+    list, receives each forward's chosen experts [..., k]."""
 
     def __init__(self, config: MiniMaxM1Config) -> None:
         super().__init__()

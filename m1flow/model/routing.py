@@ -25,7 +25,7 @@ def moe_layers(model: nn.Module) -> list[SparseMoE]:
 
 def expert_dtype(num_experts: int) -> torch.dtype:
     """The narrowest integer that holds an expert index: one byte up to 256 experts."""
-    return torch.uint8 if num_experts <= 256 else torch.int16
+    return torch.uint8 if num_experts <= 256 else torch.int16 if num_experts <= 32768 else torch.int32
 
 
 class Recorder:
