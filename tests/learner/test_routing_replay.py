@@ -10,13 +10,21 @@ import logging
 import pytest
 import torch
 
+from m1flow import checkpoint
 from m1flow.contracts import events
 from m1flow.model import MiniMaxM1Config, MiniMaxM1ForCausalLM, sample_batch
-from m1flow.model.routing import moe_layers, replaying
+from m1flow.model.routing import moe_layers, recording, replaying
+from m1flow.rl.config import AlgorithmConfig
+from m1flow.rl.objectives import LossSpec
 from m1flow.routed_experts import encode
-from svc_learner.batching import pack_sequences
+from m1flow.status import Status
+from m1flow.tokenizer import build_tokenizer
+from ops.warmstart import WarmStartConfig, build_model
+from svc_learner.batching import Batch, pack_sequences
+from svc_learner.config import LearnerServiceConfig
 from svc_learner.routing_replay import replay_experts, routing_shape
-from svc_learner.update import SequenceLogprobs
+from svc_learner.trainer import Trainer
+from svc_learner.update import SequenceLogprobs, TrainConfig, run_updates
 
 V, EXPERTS = 64, 8
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8]]
@@ -128,19 +136,10 @@ def test_a_sample_without_a_record_is_counted_missing(model, rollouts):
     assert counts == {"routing_replayed": 0, "routing_refused": 0, "routing_missing": 1}
 
 
-def test_replay_needs_moe_layers():
-    with pytest.raises(ValueError, match="train.routing_replay"):
-        routing_shape(torch.nn.Linear(2, 2))
-
-
 @pytest.mark.parametrize("replay", [True, False])
 def test_the_update_loop_scores_with_the_replayed_experts(model, rollouts, replay, monkeypatch):
     """run_updates (what the trainer runs) under a perturbed router: the first minibatch's log-probs
     against the engine's, |log ratio| per token, before its optimizer step moves anything."""
-    from m1flow.rl.objectives import LossSpec
-    from svc_learner.batching import Batch
-    from svc_learner.update import TrainConfig, run_updates
-
     learner = copy.deepcopy(model)
     for moe in moe_layers(learner):
         lift_the_last_expert(moe, monkeypatch)
@@ -156,3 +155,35 @@ def test_the_update_loop_scores_with_the_replayed_experts(model, rollouts, repla
         assert stats["abs_log_ratio"] < 2e-4
     else:
         assert stats["abs_log_ratio"] > 2e-3  # measured: 5e-7 with replay, 0.019 without
+
+
+def test_the_trainer_replays_what_fits_and_counts_the_rest(tmp_path):
+    """train.routing_replay on a hybrid policy directory: one sample's record fits, one does not (its
+    positions), two have none; the step trains all four and says so."""
+    tok = build_tokenizer()
+    model = build_model(tok, WarmStartConfig(arch="minimax_m1", model_overrides={"num_hidden_layers": 2}))
+    policy = checkpoint.save_policy(tmp_path / "p0", model, tok)
+    group = events.ScoredGroup(group_id="g", group_size=4)
+    for i in range(4):
+        prompt, tokens = [1, 5, 6], [7 + i, 8, 9, 10]
+        sample = group.samples.add(index=i, rollout_id=f"g/{i}", prompt_token_ids=prompt, token_ids=tokens,
+                                   logprobs=[-2.0] * 4, reward=float(i % 2), status=Status.OK, temperature=1.0,
+                                   top_p=1.0)
+        if i < 2:
+            with torch.no_grad(), recording(model) as recorder:
+                model(torch.tensor([prompt + tokens]))
+                experts = recorder.take()[0, : -1 if i == 0 else None]  # sample 1: one position too many
+            sample.routed_experts.CopyFrom(encode(experts, model.config.num_local_experts))
+    cfg = LearnerServiceConfig(run_dir=tmp_path / "run", init_checkpoint=policy, batch_groups=1,
+                               train={"lr": 1e-3, "minibatches": 1, "routing_replay": True})
+    stats = Trainer(cfg).step([AlgorithmConfig().select(group, current_version=0)], {"scored/0": 1})
+    assert stats["updates"] == 1
+    assert (stats["routing_replayed"], stats["routing_refused"], stats["routing_missing"]) == (1, 1, 2)
+
+
+def test_a_policy_without_moe_layers_is_refused_at_start(tmp_path):
+    tok = build_tokenizer()
+    policy = checkpoint.save_policy(tmp_path / "p0", build_model(tok, WarmStartConfig(arch="qwen2")), tok)
+    cfg = LearnerServiceConfig(run_dir=tmp_path / "run", init_checkpoint=policy, train={"routing_replay": True})
+    with pytest.raises(ValueError, match="train.routing_replay"):
+        Trainer(cfg)
