@@ -52,7 +52,10 @@ class _Row:
     completion: Completion
     budget: int  # max new tokens
     confident_run: int = 0  # consecutive tokens so far with probability > early_stop_prob
-    experts: list[torch.Tensor] = field(default_factory=list)  # [T, layers, k] per model call, when recording
+    # when recording: its prompt's experts [len(prompt), layers, k], and where each decode step's are
+    # in the concatenation of the steps' records (one int a step, like its tokens: no tensor per step)
+    prompt_experts: torch.Tensor | None = None
+    slots: list[int] = field(default_factory=list)
 
 
 @torch.inference_mode()
@@ -88,8 +91,8 @@ def sample_batch(
         if recorder is not None:
             by_prompt = dict(zip(live_prompts, prompt_experts))
             for row in rows:
-                row.experts.append(by_prompt[row.prompt])
-        everyone = rows
+                row.prompt_experts = by_prompt[row.prompt]
+        everyone, steps, recorded = rows, [], 0
         min_logprob = math.log(early_stop_prob) if early_stop_prob > 0 else -math.inf
         while True:
             tokens = _draw_per_prompt(logits, rows, temperature, top_p, gens)
@@ -104,12 +107,22 @@ def sample_batch(
                 tokens = tokens[keep]
             logits = model(tokens[:, None], cache)[:, -1]
             if recorder is not None:
-                for row, experts in zip(rows, recorder.take().unbind(0)):
-                    row.experts.append(experts)
+                steps.append(recorder.take()[:, 0])
+                for index, row in enumerate(rows):
+                    row.slots.append(recorded + index)
+                recorded += len(rows)
     if record_routing:
-        for row in everyone:
-            row.completion.experts = torch.cat(row.experts).cpu()
+        _attach_experts(everyone, steps)
     return results
+
+
+def _attach_experts(rows: list[_Row], steps: list[torch.Tensor]) -> None:
+    """Each completion's experts: its prompt's, then its decode steps' (one copy off the device)."""
+    decoded = torch.cat(steps).cpu() if steps else None
+    for row in rows:
+        prompt = row.prompt_experts.cpu()
+        own = decoded[row.slots] if row.slots else prompt[:0]
+        row.completion.experts = torch.cat([prompt, own])
 
 
 def _prefill(model: MiniMaxM1ForCausalLM, prompts: list[list[int]], n: int, recorder: Recorder | None = None,
