@@ -28,7 +28,9 @@ class Batch:
     policy_version: Tensor  # [N] long, version of the policy that sampled it
     group_ids: Tensor  # [N] long, index of its group in the batch
     temperature: Tensor | None = None  # [N] the temperature each was sampled at (None: all 1.0)
-    routed_experts: Tensor | None = None  # [N, T, layers, k] experts to replay, -1: own routing (None: no replay)
+    # [N, T, layers, k] experts to replay, -1: own routing (None: no replay). Stays on the host (layers x k
+    # times the tokens' size): each micro-batch takes its rows to the device (svc_learner.update)
+    routed_experts: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.temperature is None:
@@ -38,11 +40,13 @@ class Batch:
         return self.input_ids.shape[0]
 
     def select(self, index: Tensor) -> Batch:
-        index = index.to(self.input_ids.device)
-        return Batch(**{f.name: None if (v := getattr(self, f.name)) is None else v[index] for f in fields(self)})
+        return Batch(**{f.name: None if (v := getattr(self, f.name)) is None else v[index.to(v.device)]
+                        for f in fields(self)})
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(**{f.name: None if (v := getattr(self, f.name)) is None else v.to(device) for f in fields(self)})
+        host = ("routed_experts",)
+        return Batch(**{f.name: v if (v := getattr(self, f.name)) is None or f.name in host else v.to(device)
+                        for f in fields(self)})
 
 
 def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],

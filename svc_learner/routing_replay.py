@@ -32,11 +32,16 @@ def routing_shape(model: nn.Module) -> RoutingShape:
     return RoutingShape(len(layers), layers[0].top_k, layers[0].gate.out_features)
 
 
+def _replay_dtype(num_experts: int) -> torch.dtype:
+    """The narrowest signed integer holding every expert and -1: one byte for M1's 32 experts."""
+    return torch.int8 if num_experts <= 128 else torch.int16 if num_experts <= 32768 else torch.int32
+
+
 def replay_experts(samples: Sequence[events.ScoredSample], width: int,
                    shape: RoutingShape) -> tuple[Tensor, dict[str, float]]:
     """[N, width, layers, k] experts to force (-1: the model's own routing) for rows laid out like
     svc_learner.batching's, and the counts of samples replayed, refused and without a record."""
-    experts = torch.full((len(samples), width, shape.layers, shape.top_k), -1, dtype=torch.long)
+    experts = torch.full((len(samples), width, shape.layers, shape.top_k), -1, dtype=_replay_dtype(shape.num_experts))
     counts = {"routing_replayed": 0.0, "routing_refused": 0.0, "routing_missing": 0.0}
     for row, sample in enumerate(samples):
         if not sample.HasField("routed_experts"):

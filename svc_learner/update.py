@@ -232,8 +232,10 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
 
 
 def _experts(batch: Batch, index: Tensor) -> Tensor | None:
-    """The rows' experts to replay (R3), or None."""
-    return None if batch.routed_experts is None else batch.routed_experts[index.to(batch.routed_experts.device)]
+    """The rows' experts to replay (R3) on the rows' device, or None."""
+    if batch.routed_experts is None:
+        return None
+    return batch.routed_experts[index.to(batch.routed_experts.device)].to(batch.input_ids.device)
 
 
 def _objective(old_logp: Tensor, mb: Batch, mask: Tensor, loss_spec: LossSpec, ranks: Ranks) -> TokenObjective:
