@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
 from m1flow.rl.selection import Selected
 
@@ -27,6 +28,9 @@ class Batch:
     policy_version: Tensor  # [N] long, version of the policy that sampled it
     group_ids: Tensor  # [N] long, index of its group in the batch
     temperature: Tensor | None = None  # [N] the temperature each was sampled at (None: all 1.0)
+    # [N, T, layers, k] experts to replay, -1: own routing (None: no replay). Stays on the host (layers x k
+    # times the tokens' size): each micro-batch takes its rows to the device (svc_learner.update)
+    routed_experts: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.temperature is None:
@@ -36,10 +40,13 @@ class Batch:
         return self.input_ids.shape[0]
 
     def select(self, index: Tensor) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name)[index.to(self.input_ids.device)] for f in fields(self)})
+        return Batch(**{f.name: None if (v := getattr(self, f.name)) is None else v[index.to(v.device)]
+                        for f in fields(self)})
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        host = ("routed_experts",)
+        return Batch(**{f.name: v if (v := getattr(self, f.name)) is None or f.name in host else v.to(device)
+                        for f in fields(self)})
 
 
 def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]],
@@ -56,10 +63,20 @@ def pack_sequences(prompts: list[list[int]], responses: list[list[int]], logprob
     return input_ids, mask, logp
 
 
+def _rows(selected: Sequence[Selected]) -> list[tuple[int, events.ScoredSample, float]]:
+    """(group index, sample, advantage) of each row of the batch, in order."""
+    return [(gi, sel.group.samples[i], adv) for gi, sel in enumerate(selected)
+            for i, adv in zip(sel.samples, sel.advantages)]
+
+
+def samples_of(selected: Sequence[Selected]) -> list[events.ScoredSample]:
+    """The batch's samples, one per row of to_batch's tensors."""
+    return [s for _, s, _ in _rows(selected)]
+
+
 def to_batch(selected: Sequence[Selected], pad_id: int = 0) -> Batch:
     """The selected samples of each group, in order, with their advantages."""
-    rows = [(gi, sel.group.samples[i], adv) for gi, sel in enumerate(selected)
-            for i, adv in zip(sel.samples, sel.advantages)]
+    rows = _rows(selected)
     if not rows:
         raise ValueError("no selected samples to build a batch from")
     input_ids, mask, logp = pack_sequences([list(s.prompt_token_ids) for _, s, _ in rows],

@@ -15,12 +15,13 @@ from m1flow.bus import codec
 from m1flow.contracts import events
 from m1flow.rl.selection import Selected, Skipped
 from m1flow.security.announcements import sign
-from svc_learner.batching import Batch, batch_stats, to_batch
+from svc_learner.batching import Batch, batch_stats, samples_of, to_batch
 from svc_learner.config import LearnerServiceConfig
 from svc_learner.distributed import broadcast_batch, leave, receive_batch, wrap_model
 from svc_learner.drift import drift_limit, drift_warning
 from svc_learner.optim import make_optimizer
 from svc_learner.placement import load_trainable
+from svc_learner.routing_replay import replay_experts, routing_shape
 from svc_learner.step_stats import StepStats
 from svc_learner.update import Ranks, run_updates
 
@@ -51,6 +52,7 @@ class Trainer:
         if train.fsdp and ranks.world > 1:
             raise ValueError("train.fsdp: the learner cannot write checkpoints from sharded parameters and "
                              "optimizer state yet; use DDP (fsdp: false) for the service")
+        self.routing = routing_shape(self.model) if train.routing_replay else None  # R3
         self.scorer = wrap_model(self.model, train, ranks)  # DDP under torchrun
         self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
         self.state = self._initial_state(source)
@@ -113,9 +115,13 @@ class Trainer:
         Raises RuntimeError when no update ran: a version is never published without training.
         """
         batch = to_batch(selected, pad_id=self.model.config.pad_token_id or 0)
+        replay: dict[str, float] = {}
+        if self.routing is not None:
+            batch.routed_experts, replay = replay_experts(samples_of(selected), batch.input_ids.shape[1], self.routing)
         if self.ranks.world > 1:
             broadcast_batch(batch)
         stats = StepStats()
+        stats.note(**replay)  # on `metrics` as learner/routing_{replayed, refused, missing}
         self.update(batch, stats)
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")

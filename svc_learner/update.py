@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 from m1flow import lm
+from m1flow.model.routing import replaying
 from m1flow.rl.mismatch import row_sums
 from m1flow.rl.objectives import LossSpec, TokenObjective, Totals, policy_stats
 
@@ -69,6 +70,10 @@ class TrainConfig(BaseModel):
                                            "the backward pass instead of keeping them")
     dtype: ModelDtype = Field("auto", description="weights: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16; "
                               "the LM head stays fp32")
+    routing_replay: bool = Field(
+        False, description="MoE (the hybrid model): compute each sample's MoE with the experts its engine "
+                           "recorded (Rollout.routed_experts, R3), the gate still trained; a sample without a "
+                           "fitting record is routed by the learner and counted")
     drift_limit: float | None = Field(
         None, description="warn when the last minibatch's mean |log ratio| exceeds this; None: the policy "
                           "loss's own limit (svc_learner.drift)")
@@ -193,7 +198,8 @@ def _recompute_old_logp(scorer: nn.Module, batch: Batch, parts: list[Tensor]) ->
     old = torch.zeros_like(batch.rollout_logp, dtype=torch.float32)
     with torch.no_grad():
         for idx in parts:
-            old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx], None, batch.temperature[idx])[0]
+            with replaying(scorer, _experts(batch, idx)):
+                old[idx] = scorer(batch.input_ids[idx], batch.response_mask[idx], None, batch.temperature[idx])[0]
     return old
 
 
@@ -217,12 +223,20 @@ def forward_backward(scorer: nn.Module, mb: Batch, objective: TokenObjective, bu
             part_objective = objective.select(index)
             if i >= real:
                 part_objective = replace(part_objective, token_weight=torch.zeros_like(part_objective.token_weight))
-            part = scorer(mb.input_ids[index], mb.response_mask[index], part_objective, mb.temperature[index])
-            (part.loss * ranks.world).backward()  # DDP/FSDP average gradients over ranks; we want their sum
+            with replaying(scorer, _experts(mb, index)):  # the backward too: checkpointed layers recompute
+                part = scorer(mb.input_ids[index], mb.response_mask[index], part_objective, mb.temperature[index])
+                (part.loss * ranks.world).backward()  # DDP/FSDP average gradients over ranks; we want their sum
         if i < real:
             logp[index], entropy[index] = part.logp.detach().float(), part.entropy.detach().float()
             loss = loss + part.loss.detach()
     return ScoredTokens(logp, entropy, loss)
+
+
+def _experts(batch: Batch, index: Tensor) -> Tensor | None:
+    """The rows' experts to replay (R3) on the rows' device, or None."""
+    if batch.routed_experts is None:
+        return None
+    return batch.routed_experts[index.to(batch.routed_experts.device)].to(batch.input_ids.device)
 
 
 def _objective(old_logp: Tensor, mb: Batch, mask: Tensor, loss_spec: LossSpec, ranks: Ranks) -> TokenObjective:

@@ -7,15 +7,19 @@ older than those fields: its task type as the source) for per-source accounting.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from m1flow.accounting import source_of
 from m1flow.bus import Record, codec
 from m1flow.bus.dedupe import SeenIds
+from m1flow.bus.limits import oversize
 from m1flow.contracts import events
 from svc_reward.result import ScoreResult
 from svc_reward.scorers import ScorerRegistry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,6 +93,22 @@ def score_group(group: PendingGroup, registry: ScorerRegistry) -> events.ScoredG
             policy_version=rollout.policy_version, prompt_token_ids=rollout.prompt_token_ids,
             token_ids=rollout.token_ids, logprobs=rollout.logprobs, finish_reason=rollout.finish_reason,
             max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
+        if rollout.HasField("routed_experts"):  # R3: carried to the learner as it came
+            scored.samples[-1].routed_experts.CopyFrom(rollout.routed_experts)
+    return without_routing_over_the_limit(scored)
+
+
+def without_routing_over_the_limit(scored: events.ScoredGroup) -> events.ScoredGroup:
+    """The group, its samples' routing records (R3) left out when with them it would be too large for
+    the bus: the group still trains (the learner routes those samples itself and counts them), where
+    a refused record would lose it."""
+    if not any(s.HasField("routed_experts") for s in scored.samples):
+        return scored
+    too_large = oversize(scored.group_id, codec.encode(scored))
+    if too_large is not None:
+        log.warning("group %s: routing records left out of its scored record (%s)", scored.group_id, too_large)
+        for sample in scored.samples:
+            sample.ClearField("routed_experts")
     return scored
 
 

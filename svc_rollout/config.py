@@ -1,7 +1,7 @@
 """Settings of the rollout service."""
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from m1flow.runtime.config import ServiceConfig
 from m1flow.engines import EngineName
@@ -32,6 +32,9 @@ class RolloutConfig(ServiceConfig):
     early_stop_prob: float = Field(0.99, ge=0.5, lt=1.0, description="'near-certain': drawn with probability above this")
     max_inflight_groups: int = Field(64, ge=1, description="groups admitted into the engine at once")
     batch_groups: int = Field(8, ge=1, description="native/hf: groups decoded together per step")
+    record_routing: bool = Field(
+        False, description="native: carry the experts each MoE layer chose for every token on each Rollout "
+                           "(routed_experts, R3) so the learner can replay them; about layers x top_k bytes a token")
     engine_slice_s: float = Field(0.05, ge=0, description="engine steps run back to back before Kafka is served again")
     max_ahead_versions: float = Field(
         1.0, ge=0, description="pause while the groups not yet trained on exceed this many learner steps beyond "
@@ -48,6 +51,12 @@ class RolloutConfig(ServiceConfig):
     generate: GenerateCaps = Field(default_factory=GenerateCaps, description="caps of one Generate call")
     torch_threads: int = 1
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+
+    @model_validator(mode="after")
+    def _records_natively(self) -> "RolloutConfig":
+        if self.record_routing and self.engine != "native":
+            raise ValueError(f"record_routing: only the native engine records routing (engine is {self.engine!r})")
+        return self
 
     @property
     def replaying(self) -> bool:

@@ -33,5 +33,7 @@ def rollouts_for(prompt: events.Prompt, result: GroupResult, engine: Engine, run
                 policy_version=version, verifier=prompt.verifier, max_new_tokens=request.max_new_tokens,
                 engine=engine.name, temperature=request.temperature, top_p=request.top_p,
                 source=prompt.source, domain=prompt.domain))
+            if sample.routed_experts is not None:
+                out[-1].routed_experts.CopyFrom(sample.routed_experts)
         log.info("generated group of %s on policy v%s", request.n, version)
     return out

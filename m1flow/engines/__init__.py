@@ -47,7 +47,8 @@ def _native(cfg: EngineSettings) -> Engine:
     """The hybrid model's own batched decoding (m1flow.model)."""
     from m1flow.engines.native import NativeEngine
 
-    return NativeEngine(cfg.batch_groups, cfg.group_size, cfg.device)
+    # record_routing: svc_rollout's (R3); svc_eval has none and never records
+    return NativeEngine(cfg.batch_groups, cfg.group_size, cfg.device, getattr(cfg, "record_routing", False))
 
 
 @ENGINES.register("hf")

@@ -51,6 +51,7 @@ class Sample:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: int = events.FINISH_REASON_LENGTH  # events.FinishReason
+    routed_experts: events.RoutedExperts | None = None  # R3: the experts it was routed through (recording engines)
 
 
 @dataclass

@@ -141,7 +141,12 @@ class Expert(nn.Module):
 
 
 class SparseMoE(nn.Module):
-    """Top-k mixture of experts; the router runs in fp32 and its top-k weights are renormalised."""
+    """Top-k mixture of experts; the router runs in fp32 and its top-k weights are renormalised.
+
+    Routing replay (R3, m1flow.model.routing): `replay` [B, T', k] forces the experts of the tokens
+    of inputs [B, T <= T', hidden] (-1: the router's own choice), weighted still by the router's
+    probabilities of those experts renormalised, so the gate keeps its gradient; `record`, when a
+    list, receives each forward's chosen experts [..., k]."""
 
     def __init__(self, config: MiniMaxM1Config) -> None:
         super().__init__()
@@ -150,16 +155,29 @@ class SparseMoE(nn.Module):
         self.experts = nn.ModuleList(
             Expert(config.hidden_size, config.intermediate_size) for _ in range(config.num_local_experts)
         )
+        self.replay: torch.Tensor | None = None
+        self.record: list[torch.Tensor] | None = None
 
-    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Weights and indices [N, k] of the experts chosen for each token of x [N, hidden]."""
-        probs = torch.softmax(F.linear(at_least_fp32(x), at_least_fp32(self.gate.weight)), dim=-1)
+    def router_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 router logits [N, experts] of x [N, hidden]."""
+        return F.linear(at_least_fp32(x), at_least_fp32(self.gate.weight))
+
+    def route(self, x: torch.Tensor, forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weights and indices [N, k] of the experts chosen for each token of x [N, hidden]; where
+        `forced` [N, k] is >= 0, those experts instead (replayed)."""
+        probs = torch.softmax(self.router_logits(x), dim=-1)
         weights, experts = probs.topk(self.top_k, dim=-1)
+        if forced is not None:
+            experts = torch.where(forced >= 0, forced.to(experts.dtype), experts)
+            weights = probs.gather(-1, experts)
         return weights / weights.sum(dim=-1, keepdim=True), experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        weights, chosen = self.route(flat)
+        forced = None if self.replay is None else self.replay[:, : x.shape[1]].reshape(-1, self.top_k)
+        weights, chosen = self.route(flat, forced)
+        if self.record is not None:
+            self.record.append(chosen.view(*x.shape[:-1], self.top_k))
         out = flat.new_zeros(flat.shape, dtype=weights.dtype)
         for e, expert in enumerate(self.experts):
             rows, slot = torch.where(chosen == e)
