@@ -15,6 +15,9 @@ from m1flow.data.swebench import files_of_tests, instance_snapshot
 from m1flow.kinds import gold_response
 from m1flow.kinds.probe import probe_response, probes
 from m1flow.task_store import TaskStore
+from m1flow.contracts import events
+from svc_reward.config import RewardConfig
+from svc_reward.groups import verdict_fields
 from svc_reward.verifiers.swe import SweKind, failure_reason, grade, screen_patch
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -137,6 +140,7 @@ def test_a_regression_scores_zero_with_its_reason(scorer, record, repo):
     result = score(scorer, record, answer(patch))
     assert (result.reward, result.correct, result.reason) == (0.0, False, "pass_to_pass_regression"), result.detail
     assert "tests/test_calc.py::test_sub" in result.detail
+    assert events.ScoredSample(**verdict_fields(result)).reason == "pass_to_pass_regression"  # what the monitor counts
 
 
 @pytest.mark.parametrize("code, reason", [("def add(a, b)\n    return a + b\n", "does_not_compile"),
@@ -173,3 +177,10 @@ def test_screening_and_reasons_without_a_sandbox():
     verdict = grade({"t::a": "FAILED", "t::b": "PASSED"}, ["t::a"], ["t::b"])
     assert failure_reason(verdict, "FAILED t::a - KeyError: 'x'\n") == "runtime_error"
     assert failure_reason(verdict, "FAILED t::a - AssertionError: assert 1 == 2\n") == "fail_to_pass_failing"
+
+
+def test_partial_reward_is_a_config_choice_off_by_default():
+    half = grade({"t::a": "PASSED", "t::b": "FAILED", "t::c": "PASSED"}, ["t::a", "t::b"], ["t::c"])
+    assert (half.resolution, half.reward, half.partial) == ("PARTIAL", 0.0, 0.5)
+    assert grade({"t::a": "PASSED", "t::b": "FAILED"}, ["t::a"], ["t::b"]).partial == 0.0  # a regression: none
+    assert RewardConfig().swe.partial_reward is False
