@@ -107,23 +107,28 @@ def _add_swe_make(actions: argparse._SubParsersAction) -> None:
     m.add_argument("--max-mutations", type=positive_int, default=50, metavar="N", help="mutations tried per project")
     m.add_argument("--tests", nargs="*", default=None, metavar="PATH",
                    help="test paths to run (default: the project's tests folder)")
+    m.add_argument("--envs", type=Path, default=None, metavar="DIR",
+                   help="build each project's environment (its requirements) there once and reuse it "
+                        "(default: run the suites with this interpreter)")
     m.set_defaults(func=cmd_swe_make)
 
 
 def cmd_swe_make(args: argparse.Namespace) -> int:
     import tempfile
 
+    from m1flow.data.swe_env import EnvCache
     from m1flow.data.swe_factory import FactoryConfig, FactoryError, make_instances
     from m1flow.task_store import TaskStore
 
     cfg = FactoryConfig(seed=args.seed, max_mutations=args.max_mutations, tests=args.tests)
     store = TaskStore(args.task_store)
+    envs = EnvCache(args.envs) if getattr(args, "envs", None) else None
     written = 0
     with open(args.out, "w") as out:
         for source in args.sources:
             with tempfile.TemporaryDirectory(prefix="m1flow-swe-make-") as work:
                 try:
-                    instances, stats = make_instances(source, store, cfg, Path(work))
+                    instances, stats = make_instances(source, store, cfg, Path(work), envs)
                 except FactoryError as exc:
                     return _fail(str(exc))
             out.writelines(json.dumps(instance) + "\n" for instance in instances)

@@ -11,7 +11,8 @@ import pytest
 
 from m1flow.data import DatasetConfig, open_source
 from m1flow.data.record import TaskRecord
-from m1flow.data.swe_factory import FactoryConfig, make_instances
+from m1flow.data.swe_env import EnvCache, EnvSpec
+from m1flow.data.swe_factory import FactoryConfig
 from m1flow.data.swe_factory.factory import candidates, load_project, source_files
 from m1flow.data.swe_factory.mutations import mutations
 from m1flow.task_store import TaskStore
@@ -74,7 +75,7 @@ def made(tmp_path_factory) -> tuple[Path, Path, list[dict]]:
     root = tmp_path_factory.mktemp("made")
     out, store = root / "instances.jsonl", root / "tasks"
     args = argparse.Namespace(sources=[SDIST], out=out, task_store=store, seed=0, max_mutations=4,
-                              tests=["tests/test_recipes.py"])
+                              tests=["tests/test_recipes.py"], envs=root / "envs")
     assert cmd_swe_make(args) == 0
     return out, store, [json.loads(line) for line in out.read_text().splitlines()]
 
@@ -88,6 +89,19 @@ def test_kept_mutations_become_swe_bench_instances(made):
         shown = [line.strip() for line in fix + bug if len(line.strip()) > 6]
         assert fix and not any(line in instance["problem_statement"] for line in shown)
         assert instance["license"] == "MIT License" and instance["test_patch"] == ""
+    assert len({instance["environment"] for instance in instances}) == 1  # one environment per repository
+
+
+def test_the_projects_environment_is_built_once_and_reused(made):
+    out, store, instances = made
+    envs = out.parent / "envs"
+    assert [p.name for p in envs.iterdir() if p.is_dir()] == [instances[0]["environment"]]
+    again = EnvCache(envs).ensure(EnvSpec(repo="more-itertools", version="10.5.0"))
+    assert (again.key, again.built) == (instances[0]["environment"], False)
+
+
+def test_the_instances_read_as_swe_records(made):
+    out, store, instances = made
     records = [r for _, r in open_source(DatasetConfig(path=str(out))).records()]
     assert all(isinstance(r, TaskRecord) and r.verifier.kind == "swe" for r in records), records
 

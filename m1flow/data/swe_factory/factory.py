@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from m1flow.data.swe_env import EnvCache, EnvError, EnvSpec
 from m1flow.data.swe_factory.mutations import Mutation, mutations
 from m1flow.data.swebench import DEFAULT_TEST_COMMAND, instance_snapshot
 from m1flow.task_store import TaskStore
@@ -66,6 +67,8 @@ class Project:
     version: str
     license: str
     tests: list[str]  # test paths, relative to root
+    requirements: list[str] = field(default_factory=list)  # PKG-INFO's Requires-Dist, extras left out
+    python: str = sys.executable  # the interpreter that runs the suite (its environment's)
 
     @property
     def slug(self) -> str:
@@ -123,7 +126,8 @@ def load_project(source: str | Path, work: Path) -> Project:
     if not tests:
         raise FactoryError(f"{source}: no tests (a tests/ or test/ folder, at the top or in a package, or "
                            "test_*.py at the top)")
-    return Project(root, name, version, _license(meta) if meta else "unknown", tests)
+    requires = [r for r in (meta.get_all("Requires-Dist") or [] if meta else []) if "extra ==" not in r]
+    return Project(root, name, version, _license(meta) if meta else "unknown", tests, requires)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -141,7 +145,7 @@ def run_suite(project: Project, plugin_dir: Path, timeout: float, cover: bool = 
         if cover:
             env["M1FLOW_COVER"] = str(project.root)
         try:
-            subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_outcomes", "-p", "no:cacheprovider", "-q",
+            subprocess.run([project.python, "-m", "pytest", "-p", "pytest_outcomes", "-p", "no:cacheprovider", "-q",
                             *project.tests], cwd=project.root, env=env, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
@@ -201,11 +205,20 @@ def _rusage_cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, work: Path) -> tuple[list[dict], Stats]:
+def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, work: Path,
+                   envs: EnvCache | None = None) -> tuple[list[dict], Stats]:
     """SWE-bench instances from one project; the stats say how many mutations were tried and kept, why
-    the others were dropped, and the CPU and wall time spent."""
+    the others were dropped, and the CPU and wall time spent. envs: build (or reuse) the project's
+    environment there, run its suite with it, and name it in every instance."""
     cpu0, wall0 = _rusage_cpu(), time.monotonic()
     project = load_project(source, work)
+    environment = None
+    if envs is not None:
+        try:
+            env = envs.ensure(EnvSpec(repo=project.name, version=project.version, requirements=project.requirements))
+        except EnvError as exc:
+            raise FactoryError(str(exc)) from None
+        project.python, environment = str(env.python), env.key
     if cfg.tests:
         missing = [t for t in cfg.tests if not (project.root / t.split("::", 1)[0]).exists()]
         if missing:
@@ -244,6 +257,8 @@ def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, wor
             stats.dropped["no test failed" if not failing else "too many tests failed"] += 1
             continue
         instances.append(_instance(project, store, mutation, original, failing, passing, run["tests"], stats.tried))
+        if environment:
+            instances[-1]["environment"] = environment
         stats.kept += 1
     stats.cpu_s, stats.wall_s = _rusage_cpu() - cpu0, time.monotonic() - wall0
     return instances, stats
