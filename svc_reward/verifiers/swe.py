@@ -38,6 +38,7 @@ REASONS = ("resolved", "no_diff", "escapes_repo", "deletes_tests", "edits_tests"
 _PATCH_PATHS = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (\S+)|\+\+\+ (\S+)|rename (?:from|to) (\S+))",
                           re.MULTILINE)
 _TESTLIKE = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_tests?\.py$|(^|/)conftest\.py$")
+_SYMLINK = re.compile(r"^(?:new file mode|new mode) 120000", re.MULTILINE)
 _SUMMARY_ERROR = re.compile(r"^(?:FAILED|ERROR) (\S+) - (\w+(?:\.\w+)*):", re.MULTILINE)  # -rA: id - Exc: why
 _DIFF_FENCE = re.compile(r"```[ \t]*(?:diff|patch)[^\n]*\n(.*?)```", re.DOTALL)
 _RAW_DIFF = re.compile(r"^(?:diff --git |--- a/|--- )", re.MULTILINE)
@@ -126,9 +127,11 @@ def patch_paths(patch: str) -> list[tuple[str, str]]:
 
 
 def screen_patch(patch: str, test_files: Sequence[str]) -> tuple[str, str] | None:
-    """(reason, detail) when the patch must score 0 unrun: it leaves the repository, or it deletes or
-    edits a test file (`test_files`, or a path that looks like a test); None when it may run."""
+    """(reason, detail) when the patch must score 0 unrun: it leaves the repository (a path outside
+    it, a symbolic link), or it deletes or edits a test file (`test_files`, or a path that looks like a test); None when it may run."""
     tests = set(test_files)
+    if _SYMLINK.search(patch):
+        return "escapes_repo", "the patch makes a symbolic link (which may point outside the repository)"
     for path, change in patch_paths(patch):
         parts = path.split("/")
         if path.startswith(("/", "~")) or ".." in parts or "\\" in path:

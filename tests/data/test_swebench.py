@@ -173,6 +173,8 @@ def test_screening_and_reasons_without_a_sandbox():
     assert screen_patch("--- a/src/x.py\n+++ b/src/x.py\n", ["tests/t.py"]) is None
     assert screen_patch("--- a/conftest.py\n+++ b/conftest.py\n", [])[0] == "edits_tests"
     assert screen_patch("--- a/x.py\n+++ /etc/passwd\n", [])[0] == "escapes_repo"
+    link = "diff --git a/lib b/lib\nnew file mode 120000\n--- /dev/null\n+++ b/lib\n@@ -0,0 +1 @@\n+/etc\n"
+    assert screen_patch(link, [])[0] == "escapes_repo"
     assert files_of_tests("diff --git a/t/a.py b/t/a.py\n", ["t/b.py::test_x", "t/a.py::test_y"]) == ["t/a.py", "t/b.py"]
     verdict = grade({"t::a": "FAILED", "t::b": "PASSED"}, ["t::a"], ["t::b"])
     assert failure_reason(verdict, "FAILED t::a - KeyError: 'x'\n") == "runtime_error"
