@@ -6,7 +6,8 @@ projects with their tests inside. The project's suite runs once (the baseline: w
 which of the project's functions they call); then each mutation (m1flow.data.swe_factory.mutations)
 of a called function, in an order fixed by the seed, is committed to a git repository of the
 project and the suite runs again. A mutation is kept when it turns between 1 and `max_fail_to_pass`
-passing tests into failures (FAIL_TO_PASS); PASS_TO_PASS are the other passing tests of the files
+passing tests into failures that a second run of them confirms (FAIL_TO_PASS: a randomised test
+that passes then is left out); PASS_TO_PASS are the other passing tests of the files
 those live in. The instance's problem statement is what a user would report (the failing tests'
 names and their errors, never the diff), its snapshot the mutated tree in the task store, its gold
 the reverting diff. `m1flow data validate` then checks every instance through the sandbox path a
@@ -137,8 +138,10 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def run_suite(project: Project, plugin_dir: Path, timeout: float, cover: bool = False) -> dict[str, Any] | None:
-    """The suite's per-test outcomes (and, with cover, the functions it called); None on a timeout."""
+def run_suite(project: Project, plugin_dir: Path, timeout: float, cover: bool = False,
+              tests: list[str] | None = None) -> dict[str, Any] | None:
+    """The suite's (or `tests`') per-test outcomes (and, with cover, the functions it called); None on a
+    timeout."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = {**os.environ, "PYTHONPATH": str(plugin_dir), "PYTHONDONTWRITEBYTECODE": "1",
                "M1FLOW_OUTCOMES": out.name}
@@ -146,7 +149,7 @@ def run_suite(project: Project, plugin_dir: Path, timeout: float, cover: bool = 
             env["M1FLOW_COVER"] = str(project.root)
         try:
             subprocess.run([project.python, "-m", "pytest", "-p", "pytest_outcomes", "-p", "no:cacheprovider", "-q",
-                            *project.tests], cwd=project.root, env=env, capture_output=True, timeout=timeout)
+                            *(tests or project.tests)], cwd=project.root, env=env, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
         text = Path(out.name).read_text()
@@ -246,22 +249,35 @@ def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, wor
         clean = path.read_text()
         path.write_text(mutation.apply(clean))
         try:
-            run = run_suite(project, plugin_dir, timeout)
+            failing, outcomes, why = self_check(project, plugin_dir, timeout, passing, cfg.max_fail_to_pass)
         finally:
             path.write_text(clean)
-        if run is None:
-            stats.dropped["timed out"] += 1
+        if why:
+            stats.dropped[why] += 1
             continue
-        failing = sorted(t for t in passing if run["tests"].get(t, {}).get("outcome") not in PASSING)
-        if not failing or len(failing) > cfg.max_fail_to_pass:
-            stats.dropped["no test failed" if not failing else "too many tests failed"] += 1
-            continue
-        instances.append(_instance(project, store, mutation, original, failing, passing, run["tests"], stats.tried))
+        instances.append(_instance(project, store, mutation, original, failing, passing, outcomes, stats.tried))
         if environment:
             instances[-1]["environment"] = environment
         stats.kept += 1
     stats.cpu_s, stats.wall_s = _rusage_cpu() - cpu0, time.monotonic() - wall0
     return instances, stats
+
+
+def self_check(project: Project, plugin_dir: Path, timeout: float, passing: set[str],
+               most: int) -> tuple[list[str], dict[str, dict], str]:
+    """(the passing tests the mutant fails, every test's outcome, "") or ([], {}, why it is dropped);
+    the failures are run a second time and those that pass then (randomised tests) are left out."""
+    run = run_suite(project, plugin_dir, timeout)
+    if run is None:
+        return [], {}, "timed out"
+    failing = sorted(t for t in passing if run["tests"].get(t, {}).get("outcome") not in PASSING)
+    if not failing:
+        return [], {}, "no test failed"
+    if len(failing) > most:
+        return [], {}, "too many tests failed"
+    again = run_suite(project, plugin_dir, timeout, tests=failing) or {"tests": {}}
+    failing = [t for t in failing if again["tests"].get(t, {}).get("outcome") not in PASSING]
+    return failing, run["tests"], "" if failing else "flaky tests"
 
 
 def _instance(project: Project, store: TaskStore, mutation: Mutation, original: str, failing: list[str],
