@@ -3,10 +3,12 @@
 # instances from them (`m1flow data swe-make`), and validate every instance through the sandbox path a
 # rollout takes (`m1flow data validate`: the gold scores 1, the empty patch 0). Not a test: it takes
 # minutes per project. The projects and their licences (permissive, recorded in each instance):
-#   more-itertools 10.5.0 (MIT), toolz 1.0.0 (BSD-3-Clause)
+#   more-itertools 10.5.0 (MIT), toolz 1.0.0 (New BSD, as its PKG-INFO says)
 #
 # Usage: scripts/swe_factory.sh [OUT_DIR] [MAX_MUTATIONS] [SEED]     (default run/swe, 50, 0)
 # Prints per project: instances kept per mutation tried and per CPU-minute, and why the rest were dropped.
+# Measured 2026-12-05 (2 shared cores, load ~10; 20 mutations, seed 7): more-itertools 18/20 kept, 6.2 per
+# CPU-minute; toolz 17/20, 22.5 per CPU-minute; validate: 35 of 35 good.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-run/swe}
