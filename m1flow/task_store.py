@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import re
 import stat
+import tarfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -45,6 +47,16 @@ class TaskStoreConfig(BaseModel):
     def store(self, run_dir: str | Path) -> TaskStore:
         """The store this config names, for a process whose run directory is `run_dir`."""
         return TaskStore(self.root or Path(run_dir) / STORE_DIR, self.max_payload_bytes)
+
+
+def snapshot_tar(repo_dir: str | Path) -> bytes:
+    """A repository directory (with or without .git) as tar bytes, paths relative to its root: the
+    layout svc_sandbox's SWE runner unpacks."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for entry in sorted(Path(repo_dir).iterdir()):
+            tar.add(entry, arcname=entry.name)
+    return buffer.getvalue()
 
 
 def sha256_hex(data: bytes) -> str:

@@ -33,6 +33,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)
+    _add_swe_make(actions)
 
 
 SPLIT_HELP = ("a directory's split, by its exact name (train, test, validation, or a hub file's data/<split>-*); "
@@ -91,6 +92,52 @@ def _add_filter(actions: argparse._SubParsersAction) -> None:
     f.add_argument("--keep-unprofiled", action="store_true", help="also keep rows the profile has no pass rate for")
     _add_source_flags(f)
     f.set_defaults(func=cmd_filter)
+
+
+def _add_swe_make(actions: argparse._SubParsersAction) -> None:
+    m = actions.add_parser("swe-make", help="SWE-bench instances from real Python projects: plant bugs in the "
+                                            "functions their tests cover, keep those the tests catch")
+    m.add_argument("sources", nargs="+", type=Path, metavar="SDIST",
+                   help="source distributions (.tar.gz, e.g. from `pip download --no-binary :all:`) or project "
+                        "directories, with their tests")
+    m.add_argument("--out", type=Path, required=True, help="the instances, JSONL (SWE-bench's format)")
+    m.add_argument("--task-store", type=Path, default=Path("run/tasks"), metavar="DIR",
+                   help="where the repository snapshots go (default run/tasks: validate's and the reward's)")
+    m.add_argument("--seed", type=int, default=0, help="the order mutations are tried in")
+    m.add_argument("--max-mutations", type=positive_int, default=50, metavar="N", help="mutations tried per project")
+    m.add_argument("--tests", nargs="*", default=None, metavar="PATH",
+                   help="test paths to run (default: the project's tests folder)")
+    m.add_argument("--envs", type=Path, default=None, metavar="DIR",
+                   help="build each project's environment (its requirements) there once and reuse it "
+                        "(default: run the suites with this interpreter)")
+    m.set_defaults(func=cmd_swe_make)
+
+
+def cmd_swe_make(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from m1flow.data.swe_env import EnvCache
+    from m1flow.data.swe_factory import FactoryConfig, FactoryError, make_instances
+    from m1flow.task_store import TaskStore
+
+    cfg = FactoryConfig(seed=args.seed, max_mutations=args.max_mutations, tests=args.tests)
+    store = TaskStore(args.task_store)
+    envs = EnvCache(args.envs) if getattr(args, "envs", None) else None
+    written = 0
+    with open(args.out, "w") as out:
+        for source in args.sources:
+            with tempfile.TemporaryDirectory(prefix="m1flow-swe-make-") as work:
+                try:
+                    instances, stats = make_instances(source, store, cfg, Path(work), envs)
+                except FactoryError as exc:
+                    return _fail(str(exc))
+            out.writelines(json.dumps(instance) + "\n" for instance in instances)
+            out.flush()
+            written += len(instances)
+            print(f"{source}: {stats.line()}", flush=True)
+    print(f"swe-make: {written} instances in {args.out}; check them: m1flow data validate {args.out} "
+          f"--task-store {args.task_store}")
+    return 0
 
 
 def _fail(message: str) -> int:

@@ -6,6 +6,8 @@ learner's; schema-1 records carry the string in `legacy_status`. Only `scored_gr
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from m1flow.accounting import scored_kind, source_of
 from m1flow.contracts import events
 from m1flow.group_totals import GroupTotals
@@ -40,7 +42,8 @@ def scored_group_rows(group: events.ScoredGroup, ts_ms: int) -> ScoredGroupRows:
     row = GroupRow(group_id=group.group_id, policy_version=min(versions), samples=totals.samples,
                    reward_sum=totals.reward_sum, correct=totals.correct, judged=totals.judged,
                    length_sum=totals.length_sum, dropped=0, kind=scored_kind(group), source=source_of(group),
-                   domain=group.domain, ts_ms=ts_ms)
+                   domain=group.domain, ts_ms=ts_ms,
+                   reasons=dict(Counter(s.reason for s in group.samples if s.reason)) or None)
     ok = [s for s in group.samples if not infra_failed(s)]
     genrm = []
     if any(s.parts.genrm != 0 for s in ok):

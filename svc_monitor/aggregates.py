@@ -3,6 +3,7 @@ per policy version, verifier kind and source; what was stored since a moment. A 
 over its engine."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from sqlalchemy import Engine, func, select
@@ -60,6 +61,18 @@ class Aggregates:
                         "judged": j, "mean_length": length / max(s, 1),
                         "samples_per_min": s / span if span > 0 else None})
         return out
+
+    def reasons_by_source(self) -> list[dict[str, Any]]:
+        """Samples per source, verifier kind and verdict reason (why a patch scored 0: did not apply,
+        does not import, regressed a PASS_TO_PASS test, ...), over every group that carried reasons."""
+        g = GroupRow
+        counts: Counter[tuple[str, str, str]] = Counter()
+        with Session(self.engine) as session:
+            for source, kind, reasons in session.execute(select(g.source, g.kind, g.reasons)
+                                                         .where(g.reasons.is_not(None))):
+                for reason, samples in (reasons or {}).items():
+                    counts[(source or "?", kind or "?", reason)] += int(samples)
+        return [{"source": s, "kind": k, "reason": r, "samples": n} for (s, k, r), n in sorted(counts.items())]
 
     def version_minutes(self) -> dict[int, float]:
         """How long each version that scored groups was the newest policy: from its announcement on

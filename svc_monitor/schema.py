@@ -33,6 +33,7 @@ class GroupRow(Base):
     source: Mapped[str] = mapped_column(String, default="")  # m1flow.accounting.source_of (revision 0003)
     domain: Mapped[str] = mapped_column(String, default="")
     seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)  # arrival order, from 1 (revision 0004)
+    reasons: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # verdict reason -> samples (revision 0006)
 
 
 class MetricRow(Base):

@@ -31,6 +31,10 @@ class CodeRewardConfig(BaseModel):
     parallel: int = Field(1, ge=1, description="test cases run at once")
 
 
+class SweRewardConfig(BaseModel):
+    partial_reward: bool = Field(False, description="reward a patch that fixes some FAIL_TO_PASS tests and breaks "
+                                                    "none with the share it fixes (SWE-bench's PARTIAL); off: 0")
+
 
 class ScoreCaps(BaseModel):
     """The most one Score call (over gRPC) may hand the scorers; more is INVALID_ARGUMENT."""
@@ -48,6 +52,7 @@ class RewardConfig(ServiceConfig):
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
     math: MathVerifyConfig = Field(default_factory=MathVerifyConfig, description="the math-verify worker pool")
     code: CodeRewardConfig = Field(default_factory=CodeRewardConfig, description="code tasks: scoring mode, limits")
+    swe: SweRewardConfig = Field(default_factory=SweRewardConfig, description="SWE tasks: partial reward")
     score: ScoreCaps = Field(default_factory=ScoreCaps, description="caps of one Score call")
     task_store: TaskStoreConfig = Field(default_factory=TaskStoreConfig,
                                         description="where payload_uri may point (run_dir/tasks) and the "

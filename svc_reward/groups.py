@@ -113,9 +113,9 @@ def without_routing_over_the_limit(scored: events.ScoredGroup) -> events.ScoredG
 
 
 def verdict_fields(res: ScoreResult) -> dict:
-    """reward, correct (when known), status, parts and detail: the fields ScoredSample and
+    """reward, correct (when known), status, parts, detail and reason: the fields ScoredSample and
     ScoreReply share, filled from one ScoreResult."""
-    fields = {"reward": res.reward, "status": res.status.value, "detail": res.detail,
+    fields = {"reward": res.reward, "status": res.status.value, "detail": res.detail, "reason": res.reason,
               "parts": events.RewardParts(correctness=res.parts.correctness, genrm=res.parts.genrm)}
     if res.correct is not None:
         fields["correct"] = res.correct

@@ -30,6 +30,7 @@ class ScoreResult:
     status: Status
     parts: RewardParts = field(default_factory=RewardParts)
     detail: str = ""
+    reason: str = ""  # why, in one word a monitor counts (the swe kind's REASONS); "" where a kind says none
 
     @property
     def usable(self) -> bool:
@@ -37,14 +38,15 @@ class ScoreResult:
         return not self.status.is_infra_failure
 
     @classmethod
-    def scored(cls, correct: bool, detail: str = "", correct_reward: float = 1.0) -> "ScoreResult":
-        """A verdict from a verifier that ran fine."""
-        value = correct_reward if correct else 0.0
+    def scored(cls, correct: bool, detail: str = "", correct_reward: float = 1.0, reason: str = "",
+               reward: float | None = None) -> "ScoreResult":
+        """A verdict from a verifier that ran fine; `reward`: a partial one for a wrong answer."""
+        value = correct_reward if correct else (reward or 0.0)
         return cls(reward=value, correct=correct, status=Status.OK,
-                   parts=RewardParts(correctness=value), detail=detail)
+                   parts=RewardParts(correctness=value), detail=detail, reason=reason)
 
     @classmethod
-    def failed(cls, status: Status, detail: str) -> "ScoreResult":
+    def failed(cls, status: Status, detail: str, reason: str = "") -> "ScoreResult":
         """A sample that could not be judged; format errors score 0, infra failures are left out."""
         return cls(reward=0.0, correct=False if status is Status.FORMAT_ERROR else None,
-                   status=status, detail=detail[:500])
+                   status=status, detail=detail[:500], reason=reason)

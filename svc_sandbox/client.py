@@ -22,7 +22,7 @@ from m1flow.status import Status
 from svc_sandbox.api import (DEFAULT_TEST_COMMAND, MB, Executor, ExecRequest, ExecResult, InvalidRequest, Limits, RunTestsRequest,
                              RunTestsResult, TestsRunner, swe_limits)
 from svc_sandbox.languages import canonical_language, fence_tags
-from svc_sandbox.swe import snapshot_tar
+from m1flow.task_store import snapshot_tar
 from svc_sandbox.wire import request_to_proto, result_from_proto, tests_request_to_proto, tests_result_from_proto
 
 __all__ = ["DEFAULT_TEST_COMMAND", "MB", "Executor", "ExecRequest", "ExecResult", "InvalidRequest", "Limits", "RunTestsRequest",

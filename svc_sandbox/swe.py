@@ -10,7 +10,6 @@ Host-only imports stay inside functions because the runner half must start witho
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -44,15 +43,6 @@ _GIT_ID = ["-c", "user.name=m1flow", "-c", "user.email=m1flow@localhost", "-c", 
 
 
 # ---------------------------------------------------------------- host side
-
-def snapshot_tar(repo_dir: str | Path) -> bytes:
-    """A repository directory (with or without .git) as tar bytes, paths relative to its root."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for entry in sorted(Path(repo_dir).iterdir()):
-            tar.add(entry, arcname=entry.name)
-    return buffer.getvalue()
-
 
 def parse_pytest_log(log: str) -> dict[str, str]:
     """Per-test status from `pytest -rA` summary lines and `-v` progress lines; the worst one wins."""

@@ -5,8 +5,9 @@ text for nested values). `verl`: the layout most public RL datasets are publishe
 docs/preparation/prepare_data.rst): data_source, prompt (chat messages), ability,
 reward_model {style, ground_truth}, extra_info {split, index, ...}; the verifier kind comes from
 data_source through a table in config (`DatasetConfig.kinds`, defaults in DEFAULT_KINDS), as verl's
-`default_compute_score` routes by data_source. `auto`: verl when the row has data_source and a
-reward_model, else m1flow.
+`default_compute_score` routes by data_source. `swebench`: SWE-bench instances
+(m1flow.data.swebench). `auto`: swebench when the row has instance_id and FAIL_TO_PASS, verl when it
+has data_source and a reward_model, else m1flow.
 """
 from __future__ import annotations
 
@@ -262,7 +263,12 @@ def _verl_id(extra: dict[str, Any], index: int) -> str:
     return f"{extra['split']}-{extra['index']}" if extra.get("split") else str(extra["index"])
 
 
+IMPORTERS.lazy("swebench", "m1flow.data.swebench")  # SWE-bench instances
+
+
 @IMPORTERS.register("auto")
 def from_auto(row: dict[str, Any], index: int, ctx: ImportContext) -> TaskRecord:
+    if "instance_id" in row and "FAIL_TO_PASS" in row:  # SWE-bench's instance format
+        return IMPORTERS.get("swebench")(row, index, ctx)
     verl = "data_source" in row and ("reward_model" in row or "reward_model.ground_truth" in row)
     return (from_verl if verl else from_m1flow)(row, index, ctx)

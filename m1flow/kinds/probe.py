@@ -14,7 +14,8 @@ the answer and why it is wrong. The probes, for the kinds that compare an answer
 * for a numeric gold: gold + 1, gold - 1, gold x 10;
 * for a factorisation (`2 × 2 × 5`): its product; for a fraction when the prompt asks for lowest
   terms or the simplest form: the same fraction unreduced;
-* for multiple choice: every other option's letter and all the letters at once.
+* for multiple choice: every other option's letter and all the letters at once;
+* for swe: the empty patch (the unfixed repository must fail its FAIL_TO_PASS tests).
 
 A probe equal to an accepted answer (as normalised text, or as a number) is not sent.
 """
@@ -29,6 +30,7 @@ from m1flow.chat import response_text
 from m1flow.kinds.answers import NUMBER, normalise_text, number_value, words
 from m1flow.kinds.base import KINDS, Verifier, accepted, kind_of
 from m1flow.kinds.check import gold_answer
+from m1flow.kinds.swe import EMPTY_PATCH
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ def probes(verifier: Verifier, prompt: str = "") -> list[Probe]:
     """The wrong answers to send for a row (empty for a kind that compares no gold). `prompt`: the
     prompt's instructions, which say whether the answer's form matters (lowest terms)."""
     name = kind_of(verifier.kind)
+    if name == "swe":
+        return [Probe(EMPTY_PATCH, "the empty patch: the unfixed repository")]
     if name not in KINDS or not KINDS.get(name).probed:
         return []
     golds = accepted(verifier.gold, verifier.spec)

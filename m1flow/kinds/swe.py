@@ -9,11 +9,15 @@ from pydantic import Field, model_validator
 from m1flow.kinds.base import Kind, KindSchema, NoGold, OpenSpec, SpecError, Style, Verifier, declare
 
 NonEmpty = Annotated[str, Field(min_length=1)]
+# A patch that changes no code (it adds one empty file): the unfixed tree, run through the same path a
+# rollout takes; a task it resolves tests nothing (m1flow.kinds.probe sends it, `m1flow data validate`)
+EMPTY_PATCH = "diff --git a/.m1flow-no-change b/.m1flow-no-change\nnew file mode 100644\nindex 0000000..e69de29\n"
 
 
 class SweSpec(OpenSpec):
     fail_to_pass: Annotated[list[NonEmpty], Field(min_length=1)]
     pass_to_pass: list[NonEmpty] = []
+    test_files: list[NonEmpty] = []  # a patch that edits or deletes one scores 0 (besides any test-like path)
     test_command: str | None = None
     limits: dict[str, Any] | None = None
     repo_tar: str | None = None  # base64, prompts from before the task store

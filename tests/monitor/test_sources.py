@@ -126,3 +126,22 @@ def test_groups_stored_before_sources_get_their_kind_as_source(store_url):
     (row,) = store.by_source()
     assert (row["source"], row["kind"], row["accuracy"]) == ("math", "math", 0.5)
     store.close()
+
+
+def test_verdict_reasons_are_counted_per_source_and_kind(store_url):
+    """Why samples scored what they did (the swe kind's reasons) sums per source over its groups; groups
+    without reasons (other kinds, older records) count nowhere."""
+    store = Store(store_url)
+    fill(store)
+    swe = [group("s0", 0, "swe:calc", "swe", [1.0, 0.0, 0.0], [True, False, False]),
+           group("s1", 1, "swe:calc", "swe", [0.0, 0.0], [False, False]),
+           group("s2", 1, "swe:toolz", "swe", [0.0], [False])]
+    for g, reasons in zip(swe, (["resolved", "did_not_apply", "pass_to_pass_regression"],
+                                ["did_not_apply", "edits_tests"], ["does_not_import"])):
+        for sample, reason in zip(g.samples, reasons):
+            sample.reason = reason
+    store.write(Batch(groups=[adapters.scored_group_rows(g, 2_000_000) for g in swe]))
+    counts = {(r["source"], r["reason"]): r["samples"] for r in store.reasons_by_source()}
+    assert counts == {("swe:calc", "resolved"): 1, ("swe:calc", "did_not_apply"): 2,
+                      ("swe:calc", "pass_to_pass_regression"): 1, ("swe:calc", "edits_tests"): 1,
+                      ("swe:toolz", "does_not_import"): 1}

@@ -12,7 +12,7 @@ from svc_monitor import adapters
 from svc_monitor.schema import AlertRow, Base, GroupRow, RolloutRow
 from svc_monitor.store import Batch, Store, schema_revision
 
-HEAD = "0005"
+HEAD = "0006"
 
 
 def scored(gid: str, version: int, kind: str = "arith", genrm: bool = False) -> events.ScoredGroup:

@@ -113,9 +113,9 @@ def test_patch_that_does_not_apply_scores_zero_with_status_ok(repo, task, verifi
 
 def test_skipping_the_failing_test_is_not_a_fix(repo, task, verifier):
     patch = diff_after(repo, {"test_calc.py": TESTS.replace("def test_add", "@pytest.mark.skip\ndef test_add")})
-    result = verifier.score_patch(patch, task)
-    assert (result.reward, result.correct, result.status) == (0.0, False, Status.OK)
-    assert result.detail.startswith("NO: FAIL_TO_PASS 0/1, PASS_TO_PASS 3/3")
+    result = verifier.score_patch(patch, task)  # refused unrun: it edits a test file
+    assert (result.reward, result.correct, result.status, result.reason) == (0.0, False, Status.OK, "edits_tests")
+    assert grade({F2P[0]: "SKIPPED", **dict.fromkeys(P2P, "PASSED")}, F2P, P2P).resolution == "NO"  # and by the rule
 
 
 def test_patch_with_stale_context_applies_through_the_fallback_chain(repo, task, verifier):
