@@ -199,7 +199,7 @@ class SweVerifier:
 class SweKind:
     """The `swe` kind: the answer's patch applied and tested by svc_sandbox's RunTests, graded here.
 
-    The repository snapshot (svc_sandbox.swe.snapshot_tar) is the spec's payload_uri in the task
+    The repository snapshot (m1flow.task_store.snapshot_tar) is the spec's payload_uri in the task
     store (m1flow.source.swe_verifier_spec writes it), or, in prompts written before the store,
     base64 in spec_json's "repo_tar". spec_json: {"fail_to_pass": [...], "pass_to_pass": [...],
     "test_command": "...", "limits": {...}}; all but fail_to_pass optional.

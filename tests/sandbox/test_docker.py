@@ -26,7 +26,7 @@ from svc_sandbox.backends import choose_backend
 from svc_sandbox.backends.base import Cancel
 from svc_sandbox.backends.docker import SANDBOX_LABEL, DockerBackend, DockerConfig
 from svc_sandbox.sandbox import Sandbox
-from svc_sandbox.swe import snapshot_tar
+from m1flow.task_store import snapshot_tar
 from tests.reward.test_swe_verifier import F2P, LIMITS as SWE_LIMITS, P2P, diff_after, fixed, repo  # noqa: F401
 from tests.sandbox.test_hostile import SPREAD_CPU
 from tests.sandbox.test_jail import check_c_and_cpp

@@ -9,7 +9,7 @@ from m1flow.status import Status
 from svc_sandbox.api import ExecRequest, InvalidRequest, Limits, RunTestsRequest
 from svc_sandbox.backends.jail import JailBackend, JailConfig
 from svc_sandbox.sandbox import Sandbox
-from svc_sandbox.swe import snapshot_tar
+from m1flow.task_store import snapshot_tar
 
 SMALL = Limits(cpu_seconds=1, wall_seconds=4, memory_bytes=256 << 20, max_processes=32)
 
