@@ -4,7 +4,6 @@ regression 0 with its reason; patches that leave the repository or touch the tes
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,24 +18,11 @@ from m1flow.contracts import events
 from svc_reward.config import RewardConfig
 from svc_reward.groups import verdict_fields
 from svc_reward.verifiers.swe import SweKind, failure_reason, grade, screen_patch
+from tests.reward.test_swe_verifier import diff_after, git
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 TESTS = "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
 NEW_TEST = "\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-
-
-def git(repo: Path, *args: str, stdin: str | None = None) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                          capture_output=True, text=True, input=stdin).stdout
-
-
-def diff_after(repo: Path, edits: dict[str, str]) -> str:
-    """The diff that turns the committed tree into one with `edits`; the tree is restored."""
-    for name, text in edits.items():
-        (repo / name).write_text(text)
-    patch = git(repo, "diff")
-    git(repo, "checkout", "--", ".")
-    return patch
 
 
 @pytest.fixture(scope="module")
