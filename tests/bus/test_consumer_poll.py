@@ -18,6 +18,23 @@ from m1flow.contracts import events
 from tests.bus.test_worker_broker import fresh_topic
 
 
+def group_state(reader) -> str:
+    """What kafka-python's coordinator believes, for a join that never ends in an assignment."""
+    inner = getattr(reader, "_c", None)
+    coordinator = getattr(inner, "_coordinator", None)
+    if coordinator is None:
+        return "(no kafka-python coordinator)"
+    fields = ("state", "_generation", "_assignment_snapshot", "_metadata_snapshot", "_joined_subscription",
+              "rejoin_needed", "join_future", "coordinator_id")
+    seen = {name: getattr(coordinator, name, "?") for name in fields}
+    try:
+        seen["need_rejoin()"] = coordinator.need_rejoin()
+        seen["coordinator_unknown()"] = coordinator.coordinator_unknown()
+    except Exception as exc:  # noqa: BLE001 - a diagnostic, never the failure itself
+        seen["error"] = repr(exc)
+    return ", ".join(f"{k}={v!r}" for k, v in seen.items())
+
+
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
 def test_poll_returns_with_the_first_record_and_takes_what_came_with_it(bootstrap, client):
     topic = fresh_topic(bootstrap, f"poll-{uuid.uuid4().hex[:8]}", partitions=1)
@@ -34,7 +51,7 @@ def test_poll_returns_with_the_first_record_and_takes_what_came_with_it(bootstra
         deadline = time.monotonic() + 60  # joined and assigned (an empty topic: nothing to read yet)
         while not reader.assignment() and time.monotonic() < deadline:
             reader.poll(200, 100)
-        assert reader.assignment(), "never assigned"
+        assert reader.assignment(), f"never assigned: {group_state(reader)}"
         send(5)  # five together, before the poll: one poll hands over all of them
         got, deadline = 0, time.monotonic() + 30
         while got < 5 and time.monotonic() < deadline:
