@@ -261,9 +261,10 @@ and the cluster CA, mounted as files; M1FLOW_SECURITY names them (paths only, ne
 {{- if eq .Values.checkpoints.store "s3" }}{{ .Values.checkpoints.s3.uri }}{{ else }}{{ .Values.checkpoints.path }}{{ end -}}
 {{- end -}}
 
-{{/* The services that act on `policy` records (each checks them with Guard.admits). */}}
-{{- define "m1flow.policyConsumers" -}}
-{{- list "rollout" "source" "monitor" "eval" | toJson -}}
+{{/* "true" when the service (dict "root" $ "name" "rollout") acts on `policy` records (each checks them
+with Guard.admits), empty otherwise: such a service holds the signing certificate, never the key. */}}
+{{- define "m1flow.readsPolicy" -}}
+{{- if has .name (list "rollout" "source" "monitor" "eval") }}true{{ end -}}
 {{- end -}}
 
 {{/* M1FLOW_SECURITY of one service (dict "root" $ "name" "reward"): the Kafka identity's files and,
@@ -282,7 +283,7 @@ admits only `reward`). Paths only, never key material. */}}
 {{- if include "m1flow.policySigning" .root }}
 {{- if eq .name "learner" }}
 {{- $_ := set $block "policy_signing_key" "/etc/m1flow/policy-signing/tls.key" -}}
-{{- else if has .name (include "m1flow.policyConsumers" .root | fromJsonArray) }}
+{{- else if include "m1flow.readsPolicy" . }}
 {{- $_ := set $block "policy_verify_key" "/etc/m1flow/policy-signing/tls.crt" -}}
 {{- $_ := set $block "checkpoint_roots" (list (include "m1flow.checkpointRoot" .root)) -}}
 {{- end }}
@@ -308,7 +309,7 @@ admits only `reward`). Paths only, never key material. */}}
 - {name: kafka-user, mountPath: /etc/m1flow/kafka-user, readOnly: true}
 - {name: kafka-ca, mountPath: /etc/m1flow/kafka-ca, readOnly: true}
 {{- end }}
-{{- if and (include "m1flow.policySigning" .root) (or (eq .name "learner") (has .name (include "m1flow.policyConsumers" .root | fromJsonArray))) }}
+{{- if and (include "m1flow.policySigning" .root) (or (eq .name "learner") (include "m1flow.readsPolicy" .)) }}
 - {name: policy-signing, mountPath: /etc/m1flow/policy-signing, readOnly: true}
 {{- end }}
 {{- if include "m1flow.grpcMtls" .root }}
@@ -333,7 +334,7 @@ admits only `reward`). Paths only, never key material. */}}
   secret:
     secretName: {{ include "m1flow.policySigningSecret" .root }}
     defaultMode: 0400
-{{- else if has .name (include "m1flow.policyConsumers" .root | fromJsonArray) }}
+{{- else if include "m1flow.readsPolicy" . }}
 - name: policy-signing
   secret:
     secretName: {{ include "m1flow.policySigningSecret" .root }}
