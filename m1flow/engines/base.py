@@ -29,6 +29,7 @@ import torch
 
 from m1flow import chat, checkpoint, store
 from m1flow.contracts import events
+from m1flow.engines import reload
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,27 @@ class BatchEngine(Engine):
         self.batch_groups = batch_groups
         self.capacity = batch_groups * group_size
         self.queue: deque[GroupRequest] = deque()
+        self.model = None
+        self.layout = ""  # reload.layout_key of the directory the model was built from
+        self.reloads_in_place = 0
+
+    def _load(self, directory: Any) -> None:
+        """A version with the loaded one's architecture and tokenizer is copied into the live model
+        (m1flow.engines.reload); any other is built whole by the engine."""
+        layout = reload.layout_key(directory)
+        if self.model is not None and layout == self.layout:
+            try:
+                reload.copy_weights(self.model, directory)
+                self.reloads_in_place += 1
+                return
+            except checkpoint.PolicyLoadError as exc:
+                log.warning("policy %s not copied in place (%s): loading it whole", directory, exc)
+        self._load_whole(directory)
+        self.layout = layout
+
+    @abstractmethod
+    def _load_whole(self, directory: Any) -> None:
+        """Build the model and the tokenizer from a policy directory."""
 
     def load_weights(self, version: int, weights: Mapping[str, Any]) -> None:
         """Take a policy's weights from a learner in this process, copied in place: a colocated loop

@@ -45,9 +45,8 @@ class HFEngine(BatchEngine):
     def __init__(self, batch_groups: int = 8, group_size: int = 8, device: str = "auto") -> None:
         super().__init__(batch_groups, group_size)
         self.device = resolve(device)
-        self.model = None
 
-    def _load(self, directory: Path) -> None:
+    def _load_whole(self, directory: Path) -> None:
         if checkpoint.is_hybrid(directory):
             raise checkpoint.PolicyLoadError(f"{directory}: the hybrid model decodes with the native or the vllm engine")
         self.model = checkpoint.load_model(directory, self.device)

@@ -28,10 +28,9 @@ class NativeEngine(BatchEngine):
                  record_routing: bool = False) -> None:
         super().__init__(batch_groups, group_size)
         self.device = resolve(device)
-        self.model = None
         self.record_routing = record_routing
 
-    def _load(self, directory: Path) -> None:
+    def _load_whole(self, directory: Path) -> None:
         if not checkpoint.is_hybrid(directory):
             raise checkpoint.PolicyLoadError(f"{directory}: the native engine runs the hybrid model only; use hf or vllm")
         self.model = checkpoint.load_model(directory, self.device)

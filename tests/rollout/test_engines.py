@@ -3,15 +3,19 @@ hybrid decoder, each against the learner-side recomputation of its log-probs, th
 truncation on a model forced into a loop, and vLLM's in-place reload."""
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from m1flow import checkpoint, lm
 from m1flow.contracts import events
 from m1flow.sampling import processed_logprobs
 from m1flow.tasks.arith import problems
+from m1flow.engines import reload
 from m1flow.engines.base import Engine, GroupRequest, GroupResult
 from m1flow.engines.hf import HFEngine
 from m1flow.engines.native import NativeEngine
@@ -245,3 +249,43 @@ def test_a_batch_engine_takes_weights_from_memory_as_from_their_checkpoint(kind,
     assert [[s.tokens for s in r.samples] for r in memory] != [[s.tokens for s in r.samples] for r in before]
     with pytest.raises(RuntimeError, match="Unexpected key"):
         from_memory.load_weights(2, {"not.a.weight": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("kind", ["hf", "native"])
+def test_a_version_that_changes_only_weights_is_copied_into_the_live_model(kind, qwen2_policy, hybrid_policy, tmp_path):
+    """Between a learner's versions only the tensors change: the engine copies them into the model it
+    holds instead of building it again, and then samples exactly as an engine that loaded the version
+    whole; a version whose config differs is built whole, and files that do not cover the model are
+    refused before anything is copied."""
+    warm = qwen2_policy if kind == "hf" else hybrid_policy
+    make = (lambda: HFEngine(batch_groups=2, group_size=2, device="cpu")) if kind == "hf" else \
+        (lambda: NativeEngine(batch_groups=2, group_size=2, device="cpu"))
+    # as a learner writes its versions (the cold start's own tokenizer files are written differently)
+    start = checkpoint.save_policy(tmp_path / "v0", checkpoint.load_model(warm), checkpoint.load_tokenizer(warm))
+    loop = looping_copy(start, tmp_path / "loop")
+    copied, whole = make(), make()
+    copied.load(policy(0, start))
+    live = copied.model
+    copied.load(policy(1, loop))
+    whole.load(policy(1, loop))
+    assert (copied.reloads_in_place, whole.reloads_in_place) == (1, 0) and copied.model is live
+    a, b = run(copied, PROMPTS[:2], n=2, window=5), run(whole, PROMPTS[:2], n=2, window=5)
+    assert [[s.tokens for s in r.samples] for r in a] == [[s.tokens for s in r.samples] for r in b]
+    assert [[s.logprobs for s in r.samples] for r in a] == [[s.logprobs for s in r.samples] for r in b]
+
+    other = tmp_path / "other"  # the same weights under a config that differs: built whole
+    shutil.copytree(loop, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "m1flow_note": "a changed config"}))
+    copied.load(policy(2, other))
+    assert copied.reloads_in_place == 1 and copied.model is not live and copied.version == 2
+
+    state = {k: v.clone() for k, v in load_file(str(loop / "model.safetensors")).items()}
+    dropped = sorted(state)[-1]
+    partial = tmp_path / "partial"
+    shutil.copytree(start, partial)
+    save_file({k: v for k, v in state.items() if k != dropped}, str(partial / "model.safetensors"))
+    before = {k: v.clone() for k, v in copied.model.state_dict().items()}
+    with pytest.raises(checkpoint.PolicyLoadError, match="no weights for"):
+        reload.copy_weights(copied.model, partial)
+    assert all(torch.equal(before[k], v) for k, v in copied.model.state_dict().items())
