@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from m1flow.data.swe_env import EnvCache, EnvSpec
+from m1flow.data.swe_env import Env, EnvCache, EnvSpec
 from m1flow.status import Status
 from svc_reward.verifiers.swe import SweTask, SweVerifier
 from svc_sandbox.api import ExecRequest, InvalidRequest, Limits, RunTestsRequest
@@ -33,7 +33,7 @@ TESTS = ("from calc import area\n\n\ndef test_area():\n    assert area(2, 3) == 
 F2P, P2P = ["test_calc.py::test_area"], ["test_calc.py::test_zero"]
 
 
-def _wheel(folder: Path) -> Path:
+def probe_wheel(folder: Path) -> Path:
     """A real wheel of a one-module package that only the environment will have (pip installs it offline)."""
     files = {f"{DEP}/__init__.py": b"def scale(x):\n    return 2 * x\n",
              f"{DEP}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode(),
@@ -51,16 +51,17 @@ def _wheel(folder: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    if JailBackend.missing():
-        pytest.skip(f"local jail unavailable here: missing {JailBackend.missing()}")
-    root = tmp_path_factory.mktemp("swe-env")
+def probe_env(root: Path) -> tuple[EnvCache, Env]:
+    """An environment under root/envs holding the probe package (pip, offline, from its wheel)."""
     wheels = root / "wheels"
-    wheels.mkdir()
-    _wheel(wheels)
+    wheels.mkdir(parents=True, exist_ok=True)
+    probe_wheel(wheels)
     envs = EnvCache(root / "envs", pip_args=("--no-index", "--find-links", str(wheels)))
-    env = envs.ensure(EnvSpec(repo="example/area", version="1.0", requirements=[DEP]))
+    return envs, envs.ensure(EnvSpec(repo="example/area", version="1.0", requirements=[DEP]))
+
+
+def area_repo(root: Path) -> tuple[Path, str]:
+    """A git repository whose code imports the probe package, with a bug; and the gold patch."""
     repo = root / "repo"
     repo.mkdir()
     (repo / "calc.py").write_text(CALC)
@@ -71,6 +72,16 @@ def setup(tmp_path_factory):
     (repo / "calc.py").write_text(CALC.replace("w * h + 1", "w * h"))
     gold = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
     subprocess.run(["git", "checkout", "-q", "calc.py"], cwd=repo, check=True)
+    return repo, gold
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    if JailBackend.missing():
+        pytest.skip(f"local jail unavailable here: missing {JailBackend.missing()}")
+    root = tmp_path_factory.mktemp("swe-env")
+    envs, env = probe_env(root)
+    repo, gold = area_repo(root)
     return envs, env, snapshot_tar(repo), gold
 
 
