@@ -100,8 +100,9 @@ def main() -> None:
             spent[mode].append(time.perf_counter() - start)
     n = len(cases)
     rate = {mode: [60 * n / s for s in times] for mode, times in spent.items()}
-    print(f"{n} instances of {made[0]['repo']} {made[0]['version']} (gold patches, {len(made[0]['FAIL_TO_PASS'])}+ "
-          f"FAIL_TO_PASS each), {args.rounds} rounds; environment build {statistics.median(build):.1f} s (median); "
+    f2p = sorted(len(i["FAIL_TO_PASS"]) for i in made)
+    print(f"{n} instances of {made[0]['repo']} {made[0]['version']} (gold patches, {f2p[0]}-{f2p[-1]} FAIL_TO_PASS "
+          f"tests each), {args.rounds} rounds; environment build {statistics.median(build):.1f} s (median); "
           f"load: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("| environment | instances/min per round | median | s per instance | ratio to warm |")
     print("|---|---|---|---|---|")

@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 READY = "environment.json"
+BASE_PTH = "m1flow_base.pth"  # names the sandbox interpreter's site-packages (pytest and the runner's needs)
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # what EnvSpec.key makes: one plain folder name
 
 
@@ -65,14 +66,15 @@ class Env:
 
     def host_paths(self) -> list[Path]:
         """What a jail must mount for this environment's interpreter to run: the environment, the base
-        installation its pyvenv.cfg names (stdlib), and the site-packages its .pth files layer in."""
+        installation its pyvenv.cfg names (stdlib), and the site-packages our own .pth layers in (only
+        ours: a .pth an installed package wrote could name any host folder)."""
         paths = [self.path]
         cfg = self.path / "pyvenv.cfg"
         for line in cfg.read_text().splitlines() if cfg.exists() else []:
             name, _, value = line.partition("=")
             if name.strip() == "home" and value.strip():
                 paths.append(Path(value.strip()).resolve().parent)  # home is the base's bin/
-        for pth in self.path.glob("lib/python*/site-packages/*.pth"):
+        for pth in self.path.glob(f"lib/python*/site-packages/{BASE_PTH}"):
             paths += [Path(line.strip()) for line in pth.read_text().splitlines()
                       if line.strip().startswith("/") and Path(line.strip()).is_dir()]
         return list(dict.fromkeys(p.resolve() for p in paths))
@@ -126,7 +128,7 @@ class EnvCache:
                                   capture_output=True, text=True, check=True).stdout.strip()
             own = sysconfig.get_paths(vars={"base": str(partial), "platbase": str(partial)})["purelib"]
             Path(own).mkdir(parents=True, exist_ok=True)
-            (Path(own) / "m1flow_base.pth").write_text(base + "\n")  # the sandbox interpreter's packages
+            (Path(own) / BASE_PTH).write_text(base + "\n")  # the sandbox interpreter's packages
             for requirement in spec.requirements:
                 self._step(spec, [str(partial / "bin" / "python"), "-m", "pip", "install", "--no-input",
                                   "--disable-pip-version-check", *self.pip_args, requirement], out, log,
