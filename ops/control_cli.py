@@ -165,6 +165,24 @@ def source_lines(rep, versions: int = SOURCE_VERSIONS) -> list[str]:  # noqa: AN
         f"{opt(r, 'samples_per_min', '.1f'):>11}" for r in shown]
 
 
+def reason_lines(rep) -> list[str]:  # noqa: ANN001 - rpc.MonitorReport
+    """Why samples scored what they did, per source and kind over the run (the swe kind's reasons:
+    resolved, did_not_apply, does_not_import, ...), most frequent first, with each one's share."""
+    by_source: dict[tuple[str, str], dict[str, int]] = {}
+    for r in rep.reason_rows:
+        by_source.setdefault((r.source, r.kind), {})[r.reason] = r.samples
+    if not by_source:
+        return []
+    lines = ["", "verdict reasons per source (samples, whole run):",
+             "source               | kind             | samples | reasons (share)"]
+    for (source, kind), counts in sorted(by_source.items()):
+        total = sum(counts.values())
+        text = ", ".join(f"{reason} {n} ({n / total:.0%})"
+                         for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        lines.append(f"{source[:20]:<20} | {kind[:16]:<16} | {total:>7} | {text}")
+    return lines
+
+
 HELDOUT_VERSIONS = 6  # policy versions per held-out set `m1flow report` prints (the first, and the newest)
 
 
@@ -214,6 +232,7 @@ def format_report(rep, rows: int = 20) -> str:  # noqa: ANN001 - rpc.MonitorRepo
     lines += [f"{r.policy_version:>14} | {r.groups:>6} | {r.samples:>7} | {r.mean_reward:>11.3f} | "
               f"{r.accuracy:>8.3f} | {r.mean_length:>11.2f}" for r in shown]
     lines += source_lines(rep)
+    lines += reason_lines(rep)
     lines += heldout_lines(rep)
     if rep.signals:
         lines += ["", "newest signals:"] + [f"  {k} = {v:.4g}" for k, v in sorted(rep.signals.items())]

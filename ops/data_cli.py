@@ -30,6 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="a progress line on stderr at most every S seconds (default 10)")
     v.add_argument("--task-store", type=Path, default=None, metavar="DIR",
                    help="the task store a row's payload_uri must name a file of (default: RUN_DIR/tasks)")
+    v.add_argument("--envs", type=Path, default=None, metavar="DIR",
+                   help="the SWE rows' environments (swe-make --envs): the local sandbox runs their tests there")
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)
@@ -158,7 +160,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return _fail(str(exc).splitlines()[0])
     previous = signal.signal(signal.SIGTERM, _interrupt)
     store = getattr(args, "task_store", None) or Path(getattr(args, "run_dir", "run")) / "tasks"
-    checker = GoldChecker(sandbox=args.sandbox, task_store=TaskStoreConfig(root=store))
+    checker = GoldChecker(sandbox=args.sandbox, task_store=TaskStoreConfig(root=store),
+                          envs=getattr(args, "envs", None))
     summary = Summary(files=len(sources))
     try:
         for path, source in zip(args.files, sources):

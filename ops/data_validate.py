@@ -96,8 +96,9 @@ class GoldChecker:
 
     def __init__(self, sandbox: str = "", run_dir: Path | None = None,
                  say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
-                 task_store: TaskStoreConfig | None = None) -> None:
+                 task_store: TaskStoreConfig | None = None, envs: Path | None = None) -> None:
         self.sandbox_address, self.run_dir, self.say = sandbox, run_dir, say
+        self.envs = envs  # the SWE environments the sandbox it starts holds
         self.task_store = task_store or TaskStoreConfig()
         self.store = self.task_store.store(Path("run"))  # RewardConfig's run_dir: the same default
         self._plain: Any = None
@@ -186,7 +187,8 @@ class GoldChecker:
             self.run_dir = Path(self._tmp.name)
         self.say("validate: code/swe rows: starting a local sandbox ...")
         self._sandbox_proc = ServiceProcess(
-            "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0"],
+            "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0",
+                                         *(["--swe-envs", str(Path(self.envs).resolve())] if self.envs else [])],
             entry=[sys.executable, "-m", "ops.tethered", str(os.getpid()), "svc_sandbox"]).start()
         return self._sandbox_proc.wait_ready(120).grpc_address
 

@@ -1,5 +1,5 @@
 """Monitor.Report: the version table, the alert log, the decisions, the window stage, the newest
-signals and svc_eval's held-out results, in one reply (what `m1flow report` prints and the demo reads)."""
+signals, svc_eval's held-out results and the verdict reasons per source, in one reply (what `m1flow report` prints and the demo reads)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -34,7 +34,8 @@ def build_report(store: Store, controller: Controller, dashboard_url: str, max_e
                              stage=controller.window.stage, dashboard_url=dashboard_url,
                              signals=store.latest_signals(),
                              source_rows=[rpc.SourceRow(**_unset_none(row)) for row in store.by_source()],
-                             curriculum=curriculum_state(controller), evals=eval_rows(store))
+                             curriculum=curriculum_state(controller), evals=eval_rows(store),
+                             reason_rows=[rpc.ReasonRow(**row) for row in store.reasons_by_source()])
 
 
 def eval_rows(store: Store) -> list[rpc.EvalRow]:

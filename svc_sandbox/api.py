@@ -139,6 +139,7 @@ class RunTestsRequest:
     pass_to_pass: list[str] = field(default_factory=list)
     test_command: str = DEFAULT_TEST_COMMAND
     limits: Limits | None = None  # None: swe_limits()
+    environment: str = ""  # key of a built m1flow.data.swe_env environment the tests run in; "": none
 
 
 @dataclass

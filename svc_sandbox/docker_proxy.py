@@ -6,7 +6,9 @@ proxy holds the socket instead and lets through only the calls the backend makes
 inspect of an allowed image, create / attach / start / kill / wait / inspect / stats / remove of run
 containers), refuses a create body that asks for privileges, host paths, devices, host namespaces,
 added capabilities, a relaxed security profile, a network, or an image outside the allow-list,
-and lets a client touch only the containers it created through the proxy.
+and lets a client touch only the containers it created through the proxy. The one host path a run
+may see is a repository environment: a read-only bind of a folder directly under an allowed root
+(`--allow-env-root`), at its own path.
 
 One request per connection (the proxy asks the engine to close after answering), so every
 request is parsed and checked; attach streams (HTTP upgrade) are relayed both ways as they are.
@@ -60,16 +62,38 @@ def _unset(value: object) -> bool:
     return value is None or value is False or value == ""
 
 
-def check_create(body: dict, images: Iterable[str], label: str) -> None:
-    """Refused unless the create body is a locked-down run container of an allowed image."""
+def _check_binds(binds: object, env_roots: Iterable[str]) -> None:
+    """Each bind is `DIR:DIR:ro` with DIR a plain folder name directly under an allowed root."""
+    roots = [os.path.normpath(r) for r in env_roots]
+    _must(isinstance(binds, list) and bool(roots), "host paths are not allowed (no --allow-env-root)")
+    for bind in binds:
+        parts = str(bind).split(":")
+        _must(len(parts) == 3 and parts[0] == parts[1] and parts[2] == "ro",
+              f"bind {bind!r}: only a read-only bind of an environment at its own path")
+        path = parts[0]
+        _must(os.path.isabs(path) and os.path.normpath(path) == path and os.path.dirname(path) in roots
+              and not os.path.basename(path).startswith("."),
+              f"bind {bind!r}: not an environment directly under an allowed root")
+
+
+def check_create(body: dict, images: Iterable[str], label: str, env_roots: Iterable[str] = ()) -> None:
+    """Refused unless the create body is a locked-down run container of an allowed image (with at most
+    read-only binds of environments under `env_roots`)."""
     _must(body.get("Image") in set(images), f"image {body.get('Image')!r} is not allowed")
     user = str(body.get("User") or "")
     _must(not ({user.split(":")[0]} | set(user.split(":")[1:2])) & _ROOT_USERS, f"user {user!r}: runs must not be root")
     _must(label in (body.get("Labels") or {}), f"the run container must carry the {label!r} label")
-    for key, value in body.items():
-        _must(key in _FREE_CONFIG | {"Image", "User", "Labels", "HostConfig"} or _unset(value),
-              f"{key} is not allowed")
     host = body.get("HostConfig") or {}
+    binds = [] if _unset(host.get("Binds")) else host["Binds"]
+    if binds:
+        _check_binds(binds, env_roots)
+    volumes = body.get("Volumes")  # the SDK names each bind's target here too: nothing else may be
+    _must(_unset(volumes) or (isinstance(volumes, dict) and
+                              set(volumes) <= {str(b).split(":")[1] for b in binds} and not any(volumes.values())),
+          "Volumes is not allowed beyond the environments bound")
+    for key, value in body.items():
+        _must(key in _FREE_CONFIG | {"Image", "User", "Labels", "HostConfig", "Volumes"} or _unset(value),
+              f"{key} is not allowed")
     _must(host.get("NetworkMode") == "none", f"NetworkMode {host.get('NetworkMode')!r}: runs have no network")
     _must(host.get("ReadonlyRootfs") is True, "ReadonlyRootfs must be true")
     _must("ALL" in (host.get("CapDrop") or []), "CapDrop must hold ALL")
@@ -80,7 +104,7 @@ def check_create(body: dict, images: Iterable[str], label: str) -> None:
     _must(host.get("IpcMode", "") in ("", "none", "private"), f"IpcMode {host.get('IpcMode')!r} is not allowed")
     for key, value in host.items():
         _must(key in _FREE_HOST | {"NetworkMode", "ReadonlyRootfs", "CapDrop", "SecurityOpt", "IpcMode",
-                                   "PidsLimit"} or _unset(value),
+                                   "PidsLimit", "Binds"} or _unset(value),
               f"HostConfig.{key} is not allowed" + (" (privileged)" if key == "Privileged" else ""))
 
 
@@ -89,6 +113,7 @@ class Policy:
     """What goes through: allowed images, and the containers created through this proxy."""
     images: frozenset[str]
     label: str = "m1flow.sandbox"
+    env_roots: frozenset[str] = frozenset()  # folders whose environments runs may bind read-only
     max_containers: int = 4096
     created: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -229,7 +254,7 @@ class _Handler(socketserver.BaseRequestHandler):
                     body = json.loads(request.body or b"{}")
                 except ValueError:
                     raise Refused("create body is not JSON") from None
-                check_create(body, self.server.policy.images, self.server.policy.label)
+                check_create(body, self.server.policy.images, self.server.policy.label, self.server.policy.env_roots)
         except Refused as why:
             log.warning("refused: %s", why)
             _refuse(conn, str(why))
@@ -310,7 +335,8 @@ class _UnixServer(_Proxy, socketserver.ThreadingUnixStreamServer):
         return f"unix://{self.server_address}"
 
 
-def serve(listen: str, engine: str, images: Iterable[str], label: str = "m1flow.sandbox") -> _Proxy:
+def serve(listen: str, engine: str, images: Iterable[str], label: str = "m1flow.sandbox",
+          env_roots: Iterable[str] = ()) -> _Proxy:
     """A started proxy (serving on a thread of its own); `.shutdown()` then `.server_close()` stop it."""
     url = urlsplit(listen)
     if url.scheme == "unix":
@@ -320,7 +346,7 @@ def serve(listen: str, engine: str, images: Iterable[str], label: str = "m1flow.
         os.chmod(url.path, 0o660)
     else:
         server = _TcpServer((url.hostname or "127.0.0.1", url.port or 0), _Handler)
-    server.policy, server.engine = Policy(frozenset(images), label), engine
+    server.policy, server.engine = Policy(frozenset(images), label, frozenset(env_roots)), engine
     threading.Thread(target=server.serve_forever, daemon=True, name="docker-proxy").start()
     return server
 
@@ -331,9 +357,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engine", default="unix:///var/run/docker.sock", help="the engine's socket")
     parser.add_argument("--allow-image", action="append", required=True, help="an image runs may use (repeat)")
     parser.add_argument("--label", default="m1flow.sandbox", help="label every run container must carry")
+    parser.add_argument("--allow-env-root", action="append", default=[], metavar="DIR",
+                        help="runs may bind an environment under DIR read-only (svc_sandbox's swe_envs; repeat)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = serve(args.listen, args.engine, args.allow_image, args.label)
+    server = serve(args.listen, args.engine, args.allow_image, args.label, args.allow_env_root)
     log.info("docker proxy on %s -> %s; images %s", server.url, args.engine, args.allow_image)
     try:
         threading.Event().wait()

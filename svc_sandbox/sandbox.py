@@ -1,7 +1,10 @@
 """How each language is compiled and run on a backend, once for the jail and Docker alike.
 
 `Sandbox` is callable as `executor(ExecRequest) -> ExecResult` and has `run_tests(RunTestsRequest)`,
-the shapes the verifiers take; the gRPC client of svc_sandbox has the same two.
+the shapes the verifiers take; the gRPC client of svc_sandbox has the same two. A SWE request may name
+its repository's environment (m1flow.data.swe_env): the tests then run with that environment's
+interpreter, which the backend mounts read-only; one this sandbox does not hold is a SANDBOX_ERROR
+(ours: the task's environment was not provisioned here), never a failing test.
 """
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from m1flow.data.swe_env import EnvCache
 from m1flow.status import Status
 from svc_sandbox import swe
 from svc_sandbox.api import ExecRequest, ExecResult, InvalidRequest, Limits, RunTestsRequest, RunTestsResult
@@ -39,8 +44,9 @@ PLANS: dict[str, LanguagePlan] = {
 class Sandbox:
     """Runs ExecRequests on a backend: writes the sources, compiles (cached), runs."""
 
-    def __init__(self, backend: Backend, compile_cache_size: int = 64):
+    def __init__(self, backend: Backend, compile_cache_size: int = 64, envs: EnvCache | None = None):
         self.backend = backend
+        self.envs = envs  # the repository environments SWE requests may name
         self._binaries: OrderedDict[str, ExecResult] = OrderedDict()
         self._cache_size = compile_cache_size
         self._toolchains_ok: set[str] = set()  # compile commands that built their probe
@@ -49,8 +55,10 @@ class Sandbox:
     def __call__(self, request: ExecRequest) -> ExecResult:
         return self.execute(request)
 
-    def execute(self, request: ExecRequest, cancel: Cancel | None = None) -> ExecResult:
-        """InvalidRequest for the caller's mistakes (language, entry file); a verdict otherwise."""
+    def execute(self, request: ExecRequest, cancel: Cancel | None = None, env_dir: Path | None = None,
+                python: str | None = None) -> ExecResult:
+        """InvalidRequest for the caller's mistakes (language, entry file); a verdict otherwise.
+        env_dir, python: a repository environment to mount read-only and its interpreter (run_tests')."""
         plan = PLANS[canonical_language(request.language)]
         files = dict(request.files)
         main = request.main or plan.main_file
@@ -65,12 +73,22 @@ class Sandbox:
             if not built.ok:
                 return built
             files["prog"] = built.stdout
-        argv = [part.format(python=self.backend.python, main=main) for part in plan.run_cmd]
-        return self.backend.run(argv + list(request.argv), files, request.stdin, request.limits, cancel)
+        argv = [part.format(python=python or self.backend.python, main=main) for part in plan.run_cmd]
+        extra = {"env_dir": env_dir} if env_dir is not None else {}
+        return self.backend.run(argv + list(request.argv), files, request.stdin, request.limits, cancel, **extra)
 
     def run_tests(self, request: RunTestsRequest, cancel: Cancel | None = None) -> RunTestsResult:
-        """Apply the patch to the snapshot and run its tests in one sandboxed run (svc_sandbox.swe)."""
-        return swe.run_tests(lambda exec_request: self.execute(exec_request, cancel), request)
+        """Apply the patch to the snapshot and run its tests in one sandboxed run (svc_sandbox.swe), in the
+        repository's environment when the request names one."""
+        if not request.environment:
+            return swe.run_tests(lambda exec_request: self.execute(exec_request, cancel), request)
+        env = self.envs.find(request.environment) if self.envs is not None else None
+        if env is None:
+            where = f"under {self.envs.root}" if self.envs is not None else "(its swe_envs is not set)"
+            return RunTestsResult(status=Status.SANDBOX_ERROR, detail=f"the environment {request.environment!r} "
+                                  f"is not built on this sandbox {where}: build it with `m1flow data swe-make --envs`")
+        python = str(env.python)
+        return swe.run_tests(lambda exec_request: self.execute(exec_request, cancel, env.path, python), request)
 
     def _compile(self, plan: LanguagePlan, files: Mapping[str, bytes], limits: Limits,
                  cancel: Cancel | None) -> ExecResult:

@@ -7,12 +7,14 @@ full), and a run whose caller cancels or whose deadline passes is killed at once
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
 from pydantic import Field, model_validator
 
 from m1flow.contracts import rpc, rpc_grpc
+from m1flow.data.swe_env import EnvCache
 from m1flow.runtime.config import ServiceConfig
 from m1flow.runtime.service import Service
 from svc_sandbox.admission import QueueFull, RunQueue
@@ -37,6 +39,8 @@ class SandboxConfig(ServiceConfig):
     caps: RequestCaps = Field(default_factory=RequestCaps, description="the most a request may ask for")
     jail: JailConfig = Field(default_factory=JailConfig, description="the local bubblewrap jail")
     docker: DockerConfig = Field(default_factory=DockerConfig, description="the Docker backend")
+    swe_envs: Path | None = Field(None, description="the repository environments SWE tasks name (m1flow data "
+                                                    "swe-make --envs), mounted read-only where their tests run")
 
     @model_validator(mode="after")
     def _threads_cover_the_queue(self) -> SandboxConfig:
@@ -90,7 +94,8 @@ class SandboxService(Service, name="sandbox", config=SandboxConfig):
 
     def __init__(self, config: SandboxConfig) -> None:
         super().__init__(config)
-        self.sandbox = Sandbox(choose_backend(config.backend, config.jail, config.docker))
+        envs = EnvCache(config.swe_envs.resolve()) if config.swe_envs else None
+        self.sandbox = Sandbox(choose_backend(config.backend, config.jail, config.docker), envs=envs)
 
     def register(self, server: grpc.Server) -> list[str]:
         rpc_grpc.add_SandboxServiceServicer_to_server(SandboxGrpc(self.sandbox, self.config), server)

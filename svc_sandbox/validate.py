@@ -11,6 +11,7 @@ import math
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from m1flow.contracts import rpc
+from m1flow.data.swe_env import KEY as ENV_KEY
 from svc_sandbox.api import MB, ExecRequest, InvalidRequest, Limits, RunTestsRequest, check_path, swe_limits
 from svc_sandbox.languages import canonical_language
 
@@ -117,6 +118,9 @@ def tests_request_from_proto(msg: rpc.RunTestsRequest, caps: RequestCaps) -> Run
     _check_input_bytes(len(msg.repo_tar) + len(msg.patch.encode()), caps)
     if msg.test_command:
         _check_text("test_command", msg.test_command, caps)
+    if msg.environment and not ENV_KEY.match(msg.environment):
+        raise InvalidRequest("environment", f"{msg.environment[:100]!r} is not an environment's key (one plain "
+                                            "folder name, as m1flow.data.swe_env makes them)")
     ids = [("fail_to_pass", list(msg.fail_to_pass)), ("pass_to_pass", list(msg.pass_to_pass))]
     if sum(len(values) for _, values in ids) > caps.test_ids:
         raise InvalidRequest("fail_to_pass", f"more than the server's cap of {caps.test_ids} test ids")
@@ -125,7 +129,7 @@ def tests_request_from_proto(msg: rpc.RunTestsRequest, caps: RequestCaps) -> Run
             _check_text(f"{field}[{i}]", test_id, caps)
     limits = limits_from_proto(msg.limits, swe_limits(), caps) if msg.HasField("limits") else None
     request = RunTestsRequest(repo_tar=msg.repo_tar, patch=msg.patch, fail_to_pass=ids[0][1],
-                              pass_to_pass=ids[1][1], limits=limits)
+                              pass_to_pass=ids[1][1], limits=limits, environment=msg.environment)
     if msg.test_command:
         request.test_command = msg.test_command
     return request

@@ -39,7 +39,8 @@ def result_from_proto(msg: rpc.ExecuteReply) -> ExecResult:
 
 def tests_request_to_proto(req: RunTestsRequest) -> rpc.RunTestsRequest:
     msg = rpc.RunTestsRequest(repo_tar=req.repo_tar, patch=req.patch, test_command=req.test_command,
-                              fail_to_pass=req.fail_to_pass, pass_to_pass=req.pass_to_pass)
+                              fail_to_pass=req.fail_to_pass, pass_to_pass=req.pass_to_pass,
+                              environment=req.environment)
     if req.limits is not None:
         msg.limits.CopyFrom(limits_to_proto(req.limits))
     return msg

@@ -9,12 +9,15 @@ interpreter the sandbox runs (a .pth file names its site-packages: pytest and th
 from there) and adds only the project's requirements. The build writes `build.log` beside it; a
 requirement that cannot be had is an EnvError naming it and the log, and leaves no half-built
 environment behind. Builds of one key are serialised by a lock, so parallel factories share one.
+The sandbox finds a built environment by its key (`EnvCache.find`) and mounts it read-only where the
+instance's tests run, with the host paths its interpreter needs (`Env.host_paths`).
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 READY = "environment.json"
+BASE_PTH = "m1flow_base.pth"  # names the sandbox interpreter's site-packages (pytest and the runner's needs)
+KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # what EnvSpec.key makes: one plain folder name
 
 
 class EnvError(RuntimeError):
@@ -59,6 +64,21 @@ class Env:
     def log(self) -> Path:
         return self.path / "build.log"
 
+    def host_paths(self) -> list[Path]:
+        """What a jail must mount for this environment's interpreter to run: the environment, the base
+        installation its pyvenv.cfg names (stdlib), and the site-packages our own .pth layers in (only
+        ours: a .pth an installed package wrote could name any host folder)."""
+        paths = [self.path]
+        cfg = self.path / "pyvenv.cfg"
+        for line in cfg.read_text().splitlines() if cfg.exists() else []:
+            name, _, value = line.partition("=")
+            if name.strip() == "home" and value.strip():
+                paths.append(Path(value.strip()).resolve().parent)  # home is the base's bin/
+        for pth in self.path.glob(f"lib/python*/site-packages/{BASE_PTH}"):
+            paths += [Path(line.strip()) for line in pth.read_text().splitlines()
+                      if line.strip().startswith("/") and Path(line.strip()).is_dir()]
+        return list(dict.fromkeys(p.resolve() for p in paths))
+
 
 class EnvCache:
     """Environments under `root`, one folder per key. pip_args: how pip reaches packages (default the
@@ -79,6 +99,16 @@ class EnvCache:
             self._build(spec, path)
         return Env(path, spec.key, built=True)
 
+    def find(self, key: str) -> Env | None:
+        """The built environment of `key`, or None: a name that is not a key, a folder that is a link,
+        half built or absent. Never builds: the sandbox only runs what a factory made."""
+        if not KEY.match(key):
+            return None
+        path = self.root / key
+        if path.is_symlink() or not path.is_dir() or not (path / READY).is_file() or not (path / "bin").is_dir():
+            return None
+        return Env(path, key, built=False)
+
     def _build(self, spec: EnvSpec, path: Path) -> None:
         partial = path.with_name(path.name + ".building")
         shutil.rmtree(partial, ignore_errors=True)
@@ -98,7 +128,7 @@ class EnvCache:
                                   capture_output=True, text=True, check=True).stdout.strip()
             own = sysconfig.get_paths(vars={"base": str(partial), "platbase": str(partial)})["purelib"]
             Path(own).mkdir(parents=True, exist_ok=True)
-            (Path(own) / "m1flow_base.pth").write_text(base + "\n")  # the sandbox interpreter's packages
+            (Path(own) / BASE_PTH).write_text(base + "\n")  # the sandbox interpreter's packages
             for requirement in spec.requirements:
                 self._step(spec, [str(partial / "bin" / "python"), "-m", "pip", "install", "--no-input",
                                   "--disable-pip-version-check", *self.pip_args, requirement], out, log,

@@ -108,11 +108,11 @@ class Figures:
                        "genrm": self.genrm(decisions), "collapse": self.collapse(), "precision": self.precision(),
                        "throughput": self.throughput(), "lag": self.lag(), "skipped": self.skipped(),
                        "heldout": self.heldout(),
-                       **self.per_source(),
+                       **self.per_source(), "reasons": self.reasons(),
                        **self.curriculum()}
             return {"figures": {k: json.loads(pio.to_json(f)) for k, f in figures.items()},
                     "alerts": self.store.alerts(limit=50), "decisions": decisions[:50],
-                    "sources": self.source_table(), "groups": self.store.recent_groups(RECENT_GROUPS),
+                    "sources": self.source_table(), "reasons": self.reason_table(), "groups": self.store.recent_groups(RECENT_GROUPS),
                     "status": self.status()}
 
     def status(self) -> dict[str, Any]:
@@ -171,6 +171,29 @@ class Figures:
                   error_y=dict(type="data", symmetric=False, array=[r["pass1_high"] - r["pass1"] for r in rows],
                                arrayminus=[r["pass1"] - r["pass1_low"] for r in rows]))
         fig.update_yaxes(range=[0, 1])
+        return fig
+
+    def reason_table(self) -> list[dict[str, Any]]:
+        """Per source and kind: its samples and how many scored for each reason (most frequent first)."""
+        table: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for row in self.store.reasons_by_source():
+            table[(row["source"], row["kind"])][row["reason"]] = row["samples"]
+        return [{"source": s, "kind": k, "samples": sum(c.values()),
+                 "reasons": dict(sorted(c.items(), key=lambda item: (-item[1], item[0])))}
+                for (s, k), c in sorted(table.items())]
+
+    def reasons(self) -> go.Figure:
+        """Why samples scored what they did, per source: one stacked bar per source, a segment per reason."""
+        fig = _figure("Verdict reasons per source (samples, whole run)", "source", "samples")
+        rows = self.store.reasons_by_source()
+        sources = sorted({r["source"] for r in rows})
+        for reason in sorted({r["reason"] for r in rows}):
+            counts = defaultdict(int)
+            for r in rows:
+                if r["reason"] == reason:
+                    counts[r["source"]] += r["samples"]
+            fig.add_trace(go.Bar(x=sources, y=[counts[s] for s in sources], name=reason))
+        fig.update_layout(barmode="stack")
         return fig
 
     def source_table(self) -> list[dict[str, Any]]:

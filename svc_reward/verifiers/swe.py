@@ -51,6 +51,8 @@ class SweTask(BaseModel):
     test_command: str = DEFAULT_TEST_COMMAND
     limits: Limits | None = None
     test_files: list[str] = Field(default_factory=list, description="files a patch must not edit or delete")
+    environment: str = Field("", description="the repository's environment the tests run in (m1flow.data.swe_env "
+                                              "key, built on the sandbox's host); empty: the sandbox's interpreter")
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class SweVerifier:
         try:
             result = self.runner(RunTestsRequest(repo_tar=task.repo_tar, patch=patch, fail_to_pass=task.fail_to_pass,
                                                  pass_to_pass=task.pass_to_pass, test_command=task.test_command,
-                                                 limits=task.limits))
+                                                 limits=task.limits, environment=task.environment))
         except InvalidRequest as err:
             return ScoreResult.failed(Status.JUDGE_ERROR, f"the sandbox refused the task: {err}", reason="task_refused")
         if result.status.is_infra_failure:
@@ -202,7 +204,7 @@ class SweKind:
     The repository snapshot (m1flow.task_store.snapshot_tar) is the spec's payload_uri in the task
     store (m1flow.source.swe_verifier_spec writes it), or, in prompts written before the store,
     base64 in spec_json's "repo_tar". spec_json: {"fail_to_pass": [...], "pass_to_pass": [...],
-    "test_command": "...", "limits": {...}}; all but fail_to_pass optional.
+    "test_command": "...", "limits": {...}, "environment": "<key>"}; all but fail_to_pass optional.
     """
 
     def __init__(self, runner: TestsRunner, store: TaskStore, partial: bool = False) -> None:

@@ -45,8 +45,9 @@ class Backend(Protocol):
     python: str  # the Python interpreter as seen inside the sandbox
 
     def run(self, argv: Sequence[str], files: Mapping[str, bytes], stdin: bytes,
-            limits: Limits, cancel: Cancel | None = None) -> ExecResult:
-        """Run argv in a fresh sandbox whose work dir (WORK_DIR, also the cwd) holds `files`."""
+            limits: Limits, cancel: Cancel | None = None, env_dir: Path | None = None) -> ExecResult:
+        """Run argv in a fresh sandbox whose work dir (WORK_DIR, also the cwd) holds `files`; env_dir: a
+        repository environment (m1flow.data.swe_env) visible read-only at the same path."""
         ...
 
 

@@ -23,6 +23,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -93,13 +94,14 @@ class DockerBackend:
             return f"{type(err).__name__}: {err}"[:300]
         return ""
 
-    def container_kwargs(self, argv: Sequence[str], limits: Limits, uid: int) -> dict:
-        """Arguments of `containers.create` for one run (image and command included)."""
+    def container_kwargs(self, argv: Sequence[str], limits: Limits, uid: int, env_dir: Path | None = None) -> dict:
+        """Arguments of `containers.create` for one run (image and command included); env_dir: a repository
+        environment bound read-only at its own path (built over the image's interpreter, on the engine's host)."""
         from docker.types import Ulimit
         cpu = max(1, int(limits.cpu_seconds + 0.999))
         unpack = f'cd {WORK_DIR} && tar -x -f - && exec "$@" < {WORK_DIR}/{_STDIN_FILE}'
         owned = f"uid={uid},gid={uid},mode=0700"  # a tmpfs owned by the run: it can write its own dir
-        return dict(
+        kwargs = dict(
             image=self.config.image, command=["/bin/sh", "-c", unpack, "sh", *announce_start(argv)],
             stdin_open=True, working_dir="/", user=f"{uid}:{uid}", init=True,
             network_mode="bridge" if limits.network else "none", read_only=True, labels={SANDBOX_LABEL: "run"},
@@ -113,13 +115,16 @@ class DockerBackend:
             ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu + 1), Ulimit(name="core", soft=0, hard=0),
                      Ulimit(name="fsize", soft=limits.max_file_bytes, hard=limits.max_file_bytes),
                      Ulimit(name="nofile", soft=limits.max_open_files, hard=limits.max_open_files)])
+        if env_dir is not None:  # the socket proxy lets it through only under an allowed root (--allow-env-root)
+            kwargs["volumes"] = {str(env_dir): {"bind": str(env_dir), "mode": "ro"}}
+        return kwargs
 
     def run(self, argv: Sequence[str], files: Mapping[str, bytes], stdin: bytes,
-            limits: Limits, cancel: Cancel | None = None) -> ExecResult:
+            limits: Limits, cancel: Cancel | None = None, env_dir: Path | None = None) -> ExecResult:
         import docker
         with self.uids.lease() as uid:
             try:
-                container = self._client.containers.create(**self.container_kwargs(argv, limits, uid))
+                container = self._client.containers.create(**self.container_kwargs(argv, limits, uid, env_dir))
             except docker.errors.DockerException as err:
                 return ExecResult.sandbox_error(f"docker: {err}")
             try:

@@ -32,10 +32,11 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
+from m1flow.data.swe_env import Env
 from svc_sandbox.api import MB, ExecResult, Limits
 from svc_sandbox.backends import seccomp
 from svc_sandbox.backends.base import (WORK_DIR, BoundedOutput, Cancel, RunOutcome, UidPool, UidRange,
@@ -69,8 +70,9 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _mount_args(config: JailConfig) -> list[str]:
-    """Read-only system plus the interpreter; the parents of deep mounts are made traversable."""
+def _mount_args(config: JailConfig, more: Sequence[str] = ()) -> list[str]:
+    """Read-only system plus the interpreter (and `more`: a run's environment); the parents of deep
+    mounts are made traversable."""
     args: list[str] = []
     mounted: list[str] = []
     for path in _SYSTEM_PATHS:
@@ -79,7 +81,7 @@ def _mount_args(config: JailConfig) -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
             mounted.append(path)
-    extra = [os.path.realpath(p) for p in _python_prefixes(config.python) + config.extra_ro_paths]
+    extra = [os.path.realpath(p) for p in [*_python_prefixes(config.python), *config.extra_ro_paths, *more]]
     for path in sorted(set(extra), key=len):
         if _under(path, mounted) or not os.path.exists(path):
             continue
@@ -109,6 +111,7 @@ class JailBackend:
         self.config = config or JailConfig()
         self.python = self.config.python
         self._mounts = _mount_args(self.config)
+        self._env_mounts: dict[Path, list[str]] = {}  # an environment's folder -> the mounts of its runs
         self._filter = seccomp.filter_bpf() if self.config.seccomp else None
         self.uids = UidPool(self.config.uids)
         self.cgroups = CgroupManager(self.config.cgroup_name) if self.config.use_cgroups else None
@@ -129,8 +132,21 @@ class JailBackend:
     def note(self) -> str:
         return self.cgroups.note if self.cgroups else "cgroups disabled; rlimits only"
 
+    def _mounts_with(self, env_dir: Path | None) -> list[str]:
+        """The read-only mounts of a run: the system and interpreter, and a repository environment with
+        the base installation and site-packages its interpreter needs (Env.host_paths), read-only too."""
+        if env_dir is None:
+            return self._mounts
+        if env_dir not in self._env_mounts:
+            if len(self._env_mounts) >= 256:
+                self._env_mounts.clear()
+            paths = Env(Path(env_dir), Path(env_dir).name, built=False).host_paths()
+            self._env_mounts[env_dir] = _mount_args(self.config, [str(p) for p in paths])
+        return self._env_mounts[env_dir]
+
     def _bwrap_args(self, argv: Sequence[str], file_fds: Mapping[str, int], limits: Limits, uid: int,
-                    use_nproc: bool, status_fd: int, filter_fd: int | None) -> list[str]:
+                    use_nproc: bool, status_fd: int, filter_fd: int | None,
+                    env_dir: Path | None = None) -> list[str]:
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         if not limits.network:
             namespaces.append("--unshare-net")
@@ -139,7 +155,8 @@ class JailBackend:
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
                 # the private /tmp first, then the read-only mounts: an interpreter under /tmp (a venv
                 # cached there) stays visible instead of being covered by the tmpfs
-                "--size", str(self.config.tmp_bytes), "--tmpfs", "/tmp", *self._mounts, "--chmod", "1777", "/tmp",
+                "--size", str(self.config.tmp_bytes), "--tmpfs", "/tmp", *self._mounts_with(env_dir),
+                "--chmod", "1777", "/tmp",
                 "--proc", "/proc", "--dev", "/dev",
                 "--size", str(limits.work_dir_bytes), "--tmpfs", WORK_DIR]
         if filter_fd is not None:
@@ -165,7 +182,7 @@ class JailBackend:
         return args + ["--", *announce_start(argv)]
 
     def run(self, argv: Sequence[str], files: Mapping[str, bytes], stdin: bytes,
-            limits: Limits, cancel: Cancel | None = None) -> ExecResult:
+            limits: Limits, cancel: Cancel | None = None, env_dir: Path | None = None) -> ExecResult:
         """Every fd, the cgroup and the uid this takes are released on every path, errors included."""
         with ExitStack() as held:
             try:
@@ -179,7 +196,7 @@ class JailBackend:
                 filter_fd = held.enter_context(_Fd(_memfd("seccomp", self._filter))) if self._filter else None
                 status_r, status_w = (held.enter_context(_Fd(fd)) for fd in os.pipe())
                 use_nproc = not (self.cgroups and self.cgroups.has_pids)
-                args = self._bwrap_args(argv, file_fds, limits, uid, use_nproc, status_w, filter_fd)
+                args = self._bwrap_args(argv, file_fds, limits, uid, use_nproc, status_w, filter_fd, env_dir)
                 env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
                 if cgroup is not None:  # join before bwrap starts, so nothing can fork outside
                     join = 'for f in $M1_CGROUP_PROCS; do echo $$ > "$f" || exit 1; done; exec "$@"'

@@ -3,6 +3,7 @@ that cannot be had refused naming it (pip with no index: nothing here is fetched
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,22 @@ def test_a_requirement_that_cannot_be_had_is_named_and_leaves_nothing(tmp_path):
     assert "No matching distribution" in str(err.value) or "from versions: none" in str(err.value)
     assert not (tmp_path / "envs" / spec.key).exists() and not list((tmp_path / "envs").glob("*.building"))
     assert (tmp_path / "envs" / f"{spec.key}.build.log").exists()
+
+
+def test_the_sandbox_finds_a_built_environment_by_key_and_mounts_only_what_it_needs(tmp_path):
+    import sys
+    import sysconfig
+
+    cache = EnvCache(tmp_path / "envs")
+    env = cache.ensure(EnvSpec(repo="example/calc", version="0.1"))
+    assert cache.find(env.key).path == env.path
+    for missing in ("../envs", "/etc", ".hidden", "example__calc-0.2-000000000000"):
+        assert cache.find(missing) is None
+    (tmp_path / "envs" / "link").symlink_to(env.path)
+    assert cache.find("link") is None  # a link could point anywhere
+    site = next(env.path.glob("lib/python*/site-packages"))
+    (site / "evil.pth").write_text(str(tmp_path) + "\n")  # a package's own .pth is not a mount
+    paths = env.host_paths()
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert paths[0] == env.path.resolve() and Path(sys.base_prefix).resolve() in paths and purelib in paths
+    assert tmp_path.resolve() not in paths and len(paths) == 3

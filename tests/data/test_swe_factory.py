@@ -17,7 +17,6 @@ from m1flow.data.swe_factory.factory import candidates, load_project, source_fil
 from m1flow.data.swe_factory.mutations import mutations
 from m1flow.task_store import TaskStore
 from ops.data_cli import cmd_swe_make, cmd_validate
-from tests.data.test_data_validate import sandbox  # noqa: F401  (fixture: one local sandbox service)
 
 SDIST = Path(__file__).resolve().parent.parent / "fixtures" / "swe" / "more-itertools-10.5.0.tar.gz"
 SOURCE = '''def clamp(x, low, high):
@@ -78,6 +77,20 @@ def made(tmp_path_factory) -> tuple[Path, Path, list[dict]]:
                               tests=["tests/test_recipes.py"], envs=root / "envs")
     assert cmd_swe_make(args) == 0
     return out, store, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sandbox(made, tmp_path_factory) -> str:
+    """One local sandbox holding the project's environment, where the instances' tests run."""
+    from ops.launcher import launch
+    from svc_sandbox.backends.jail import JailBackend
+
+    backend = [] if JailBackend.missing() else ["--backend", "jail"]
+    envs = made[0].parent / "envs"
+    proc = launch("sandbox", tmp_path_factory.mktemp("sandbox"), bootstrap="unused:0",
+                  args=[*backend, "--swe-envs", str(envs)])
+    yield proc.grpc_address
+    proc.stop()
 
 
 def test_kept_mutations_become_swe_bench_instances(made):

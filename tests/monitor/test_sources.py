@@ -3,8 +3,12 @@ reward, accuracy (verdicts only: partial credit is not half correct), length and
 per source and version, in the report and on the dashboard; older stores get a source on upgrade."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
+
+import svc_monitor.dashboard
 
 from m1flow.bus import codec
 from m1flow.contracts import events
@@ -131,6 +135,16 @@ def test_groups_stored_before_sources_get_their_kind_as_source(store_url):
 def test_verdict_reasons_are_counted_per_source_and_kind(store_url):
     """Why samples scored what they did (the swe kind's reasons) sums per source over its groups; groups
     without reasons (other kinds, older records) count nowhere."""
+    store = swe_store(store_url)
+    counts = {(r["source"], r["reason"]): r["samples"] for r in store.reasons_by_source()}
+    assert counts == {("swe:calc", "resolved"): 1, ("swe:calc", "did_not_apply"): 2,
+                      ("swe:calc", "pass_to_pass_regression"): 1, ("swe:calc", "edits_tests"): 1,
+                      ("swe:toolz", "does_not_import"): 1}
+    store.close()
+
+
+def swe_store(store_url: str) -> Store:
+    """Two swe sources with reasons, and groups of other kinds without."""
     store = Store(store_url)
     fill(store)
     swe = [group("s0", 0, "swe:calc", "swe", [1.0, 0.0, 0.0], [True, False, False]),
@@ -141,7 +155,39 @@ def test_verdict_reasons_are_counted_per_source_and_kind(store_url):
         for sample, reason in zip(g.samples, reasons):
             sample.reason = reason
     store.write(Batch(groups=[adapters.scored_group_rows(g, 2_000_000) for g in swe]))
-    counts = {(r["source"], r["reason"]): r["samples"] for r in store.reasons_by_source()}
-    assert counts == {("swe:calc", "resolved"): 1, ("swe:calc", "did_not_apply"): 2,
-                      ("swe:calc", "pass_to_pass_regression"): 1, ("swe:calc", "edits_tests"): 1,
-                      ("swe:toolz", "does_not_import"): 1}
+    return store
+
+
+def test_the_report_and_the_cli_count_each_reason_per_source(store_url):
+    store = swe_store(store_url)
+    report = build_report(store, Controller(store, MonitorConfig()), "")
+    rows = {(r.source, r.kind, r.reason): r.samples for r in report.reason_rows}
+    assert rows == {("swe:calc", "swe", "resolved"): 1, ("swe:calc", "swe", "did_not_apply"): 2,
+                    ("swe:calc", "swe", "pass_to_pass_regression"): 1, ("swe:calc", "swe", "edits_tests"): 1,
+                    ("swe:toolz", "swe", "does_not_import"): 1}
+    text = format_report(report).splitlines()
+    start = text.index("verdict reasons per source (samples, whole run):")
+    calc, toolz = text[start + 2], text[start + 3]
+    assert [c.strip() for c in calc.split("|")] == [
+        "swe:calc", "swe", "5", "did_not_apply 2 (40%), edits_tests 1 (20%), pass_to_pass_regression 1 (20%), "
+                                "resolved 1 (20%)"]
+    assert [c.strip() for c in toolz.split("|")] == ["swe:toolz", "swe", "1", "does_not_import 1 (100%)"]
+    assert not any("gsm8k" in line for line in text[start:start + 4])  # no reasons: not in this table
+    store.close()
+
+
+def test_the_dashboard_shows_each_reason_per_source(store_url):
+    store = swe_store(store_url)
+    figures = Figures(store, MonitorConfig())
+    bars = {t.name: dict(zip(t.x, t.y)) for t in figures.reasons().data}
+    assert bars["did_not_apply"] == {"swe:calc": 2, "swe:toolz": 0}
+    assert bars["does_not_import"] == {"swe:calc": 0, "swe:toolz": 1} and set(bars) == {
+        "resolved", "did_not_apply", "pass_to_pass_regression", "edits_tests", "does_not_import"}
+    data = figures.build()
+    assert "reasons" in data["figures"]
+    assert data["reasons"] == [
+        {"source": "swe:calc", "kind": "swe", "samples": 5,
+         "reasons": {"did_not_apply": 2, "edits_tests": 1, "pass_to_pass_regression": 1, "resolved": 1}},
+        {"source": "swe:toolz", "kind": "swe", "samples": 1, "reasons": {"does_not_import": 1}}]
+    page = (Path(svc_monitor.dashboard.__file__).parent / "page.html").read_text()
+    assert 'id="reasons"' in page and 'fillTable("reasons_table", data.reasons' in page
