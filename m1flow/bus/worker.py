@@ -352,15 +352,20 @@ def assign_all(consumer: Consumer, topics: tuple[TopicSpec, ...], start_offsets:
     return set(parts)
 
 
+# max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member that does
+# not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes, the libraries'
+# default, is how long a wedged member could stop its whole group. It bounds how long a commit can be
+# refused as "rebalance in progress" too.
+REBALANCE_TIMEOUT_MS = 120_000
+
+
 def _consumer(client: Client, bootstrap: str, group_id: str, client_id: str, static_member: bool,
               session_timeout_ms: int, poll_records: int) -> Consumer:
-    # max_poll_interval_ms is also how long the coordinator holds a rebalance open for a member
-    # that does not rejoin (and, + 5 s, how long a JoinGroup may wait for its answer): 10 minutes,
-    # the libraries' default, is how long a wedged member could stop its whole group.
     return consumer(client, Settings(
         bootstrap=bootstrap, group_id=group_id, client_id=client_id,
         group_instance_id=client_id if static_member else None,
-        session_timeout_ms=session_timeout_ms, max_poll_interval_ms=120_000, max_poll_records=poll_records))
+        session_timeout_ms=session_timeout_ms, max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+        max_poll_records=poll_records))
 
 
 def letter_for(record: Record, error: str, service: str, group_id: str) -> events.DeadLetter:
