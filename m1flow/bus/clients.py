@@ -149,6 +149,7 @@ class KafkaPythonConsumer:
         except KafkaError as exc:
             raise ClientError(str(exc)) from exc
         self._unstick_parked_fetches()
+        self._unwedge_join()
         return {(tp.topic, tp.partition): [Fetched(r.offset, r.key, r.value, r.timestamp) for r in records]
                 for tp, records in batches.items()}
 
@@ -166,6 +167,22 @@ class KafkaPythonConsumer:
         current = getattr(fetcher, "_next_partition_records", None)
         if current is not None and not current:
             fetcher._next_partition_records = None
+
+    def _unwedge_join(self) -> None:
+        """Work around a kafka-python 3.0 coordinator bug that leaves a member rebalancing for good.
+
+        Its join loop runs while `need_rejoin()`, and a poll that times out leaves the JoinGroup task in
+        flight for the next poll to await. When the rejoin was asked for by a metadata change (the
+        assignment's snapshot of the topics against the cluster's), the leader's own assignment updates
+        that snapshot mid-join, so `need_rejoin()` turns false, no later poll awaits the task, and the
+        code after it (state STABLE, partitions assigned) never runs: seen in stressed runs as a consumer
+        of a new topic never assigned, `state=REBALANCING, need_rejoin()=False`. Rebalancing without a
+        rejoin to do is only that state: asking for a rejoin lets the next poll finish it.
+        """
+        coordinator = getattr(self._c, "_coordinator", None)
+        if coordinator is not None and coordinator.rebalance_in_progress() and not coordinator.need_rejoin():
+            log.warning("kafka-python coordinator rebalancing with no rejoin pending: asking it to rejoin")
+            coordinator.request_rejoin()
 
     def assignment(self) -> set[TP]:
         return {(tp.topic, tp.partition) for tp in self._c.assignment()}
