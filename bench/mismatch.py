@@ -53,6 +53,8 @@ import learning  # noqa: E402
 from learning import Curve, Deadline, Settings, Stopped, Variant  # noqa: E402
 from pipeline import end_of_run, on_signals  # noqa: E402
 
+from m1flow.contracts import events  # noqa: E402
+from m1flow.data.record import TaskRecord  # noqa: E402
 from m1flow.registry import Registry  # noqa: E402
 from m1flow.rl.correction import Bounds, CorrectionConfig  # noqa: E402
 from m1flow.rl.objectives import LossSpec  # noqa: E402
@@ -154,8 +156,8 @@ class ArmRun:
         return sum(values) / len(values) if values else math.nan
 
 
-def run_arm(name: str, arm: Arm, noise: float, policy: Path, s: Settings, seed: int, batches: list,
-            heldout: list, deadline: Deadline, scorer: LocalScorer, rule: MismatchConfig) -> ArmRun:
+def run_arm(name: str, arm: Arm, noise: float, policy: Path, s: Settings, seed: int, batches: list[TaskRecord],
+            heldout: list[events.Prompt], deadline: Deadline, scorer: LocalScorer, rule: MismatchConfig) -> ArmRun:
     """Train one arm (bench/learning.py's run_inproc under `Mismatched`), then evaluate its checkpoints."""
     run = Path(tempfile.mkdtemp(prefix=f"m1flow-bench-mismatch-{name}-"))
     variant = Mismatched(arm, noise, seed, rule)
@@ -169,12 +171,12 @@ def run_arm(name: str, arm: Arm, noise: float, policy: Path, s: Settings, seed: 
 
 
 def arm_names(arms: Sequence[str], noises: Sequence[float]) -> list[tuple[str, Arm, float]]:
-    """(label, arm, noise) to run: a perturbed arm once per strength, the reference once."""
-    out = []
-    for name in arms:
-        arm = ARMS.get(name)
-        for noise in (noises if arm.perturbed else [0.0]):
-            out.append((name if not arm.perturbed or len(noises) == 1 else f"{name}@{noise:g}", arm, noise))
+    """(label, arm, noise) to run: the unperturbed arms once, then each perturbed arm once per strength
+    (labelled name@strength when there are several), strength by strength."""
+    chosen = [(name, ARMS.get(name)) for name in arms]
+    out = [(name, arm, 0.0) for name, arm in chosen if not arm.perturbed]
+    for noise in noises:
+        out += [(name if len(noises) == 1 else f"{name}@{noise:g}", arm, noise) for name, arm in chosen if arm.perturbed]
     return out
 
 
@@ -230,9 +232,9 @@ def report(runs: dict[str, list[ArmRun]], s: Settings) -> None:
     for step in steps:
         row = [next(p.pass1 for p in means[label] if p.step == step) for label in runs]
         print(f"| {step * s.samples_per_step} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
-    none = next((rs for label, rs in runs.items() if label.split("@")[0] == "none"), [])
     reference = runs.get("reference", [])
-    print("\nfinal pass@1 (95% over seeds, Student's t), its paired difference to `none` and to `reference`, "
+    print("\nfinal pass@1 (95% over seeds, Student's t), its paired difference to `none` (at the same strength) "
+          "and to `reference`, "
           "and the regime (the learner's statistics, mean over steps and seeds):\n")
     print("| arm | seeds | final pass@1 | - none | - reference | k1 | k3 | corr | truncated | dropped | scale "
           "(mean, min) |\n|---|---|---|---|---|---|---|---|---|---|---|")
@@ -240,12 +242,16 @@ def report(runs: dict[str, list[ArmRun]], s: Settings) -> None:
         final = interval([r.curve.final for r in rs])
         regime = {short: statistics.fmean([r.mean(stat) for r in rs]) for stat, short in REGIME.items()}
         scales = [st["correction_scale"] for r in rs for st in r.steps]
+        strength = label.partition("@")[2]  # `none` at the same strength
+        none = runs.get(f"none@{strength}" if strength else "none", [])
         to_none = cell(*interval(paired(rs, none))) if rs is not none and none else "-"
         to_ref = cell(*interval(paired(rs, reference))) if rs is not reference and reference else "-"
         shown = {k: "-" if math.isnan(v) else f"{v:.4f}" for k, v in regime.items()}
         scale = f"{statistics.fmean(scales):.3f}, {min(scales):.3f}" if ARMS.get(label.split("@")[0]).steered else "-"
         print(f"| {label} | {len(rs)} | {final[0]:.3f} ± {final[1]:.3f} | {to_none} | {to_ref} | {shown['k1']} | "
               f"{shown['k3']} | {shown['corr']} | {shown['truncated']} | {shown['dropped']} | {scale} |")
+    orders = {note for rs in runs.values() for r in rs for note in r.curve.notes if note.startswith("records")}
+    print(f"every arm and seed: {' / '.join(sorted(orders))}")
     for label, rs in runs.items():
         if ARMS.get(label.split("@")[0]).steered:
             for r in rs:
@@ -261,8 +267,9 @@ def routing_cost() -> None:
 
 
 def default_deadline(s: Settings, runs: int) -> float:
-    """Warm start, then per arm and seed: ~0.3 s a sample on 2 loaded cores and the evaluations."""
-    return 300.0 + runs * (30.0 + 0.3 * s.steps * s.samples_per_step + 15.0 * len(s.eval_steps()))
+    """Warm start, then per arm and seed: start-up, twice the 0.025 s a sample measured on 2 cores at load
+    14, and the evaluations."""
+    return 300.0 + runs * (30.0 + 0.05 * s.steps * s.samples_per_step + 10.0 * len(s.eval_steps()))
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
