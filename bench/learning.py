@@ -400,20 +400,42 @@ def rollout_step(engine: Any, records: Sequence[TaskRecord], s: Settings, seed: 
     return selected
 
 
+class Variant:
+    """What a bench changes in the in-process loop (bench/mismatch.py: the engine samples with other
+    weights than the learner's, the loss and its correction change per step, each step's statistics are
+    kept). This one changes nothing: bench/learning.py's loop."""
+
+    def train(self, s: Settings) -> TrainConfig:
+        return s.train()
+
+    def loss(self, s: Settings, step: int) -> LossSpec:
+        """The policy loss of the update that makes version step + 1."""
+        return s.algorithm().loss()
+
+    def weights(self, version: int, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The weights the engine samples version `version`'s groups with: the learner's own."""
+        return state
+
+    def stepped(self, step: int, stats: dict[str, float]) -> None:
+        """The statistics of the update that made version step + 1 (train_on_batch's)."""
+
+
 def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], run: Path,
-               deadline: Deadline, scorer: LocalScorer) -> SideRun:
+               deadline: Deadline, scorer: LocalScorer, variant: Variant | None = None) -> SideRun:
     """Generate, score, select, train and hand the weights to the engine in memory (BatchEngine.load_weights:
-    a colocated loop), `steps` times, one after the other."""
+    a colocated loop), `steps` times, one after the other; `variant` says what a bench changes in it."""
     from m1flow.engines import build
     from svc_learner.batching import to_batch
     from svc_learner.optim import make_optimizer
     from svc_learner.update import train_on_batch
     from svc_rollout.config import RolloutConfig
 
-    cfg, algorithm = s.train(), s.algorithm()
+    variant = variant or Variant()
+    cfg = variant.train(s)
     engine = build(RolloutConfig(engine=ENGINE, batch_groups=s.batch, group_size=s.group, device="cpu"))
     engine.load(events.PolicyVersion(version=0, checkpoint_uri=checkpoint.uri_for(policy)))
     model, tok = checkpoint.load_model(policy, trainable=True), checkpoint.load_tokenizer(policy)
+    engine.load_weights(0, variant.weights(0, model.state_dict()))
     optimizer = make_optimizer(model.parameters(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     out = SideRun(checkpoints={0: policy}, seconds={0: 0.0})
     root, keep = run / "checkpoints", set(s.eval_steps())
@@ -423,8 +445,10 @@ def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], 
         part = batches[step * s.batch:(step + 1) * s.batch]
         selected = rollout_step(engine, part, s, seed, step, scorer)
         out.prompts += [r.text for r in part]
-        train_on_batch(model, optimizer, to_batch(selected, pad_id=tok.pad_token_id or 0), cfg, algorithm.loss())
-        engine.load_weights(step + 1, model.state_dict())
+        stats = train_on_batch(model, optimizer, to_batch(selected, pad_id=tok.pad_token_id or 0), cfg,
+                               variant.loss(s, step))
+        variant.stepped(step, stats)
+        engine.load_weights(step + 1, variant.weights(step + 1, model.state_dict()))
         if step + 1 in keep:  # for evaluation, off the clock (as TRL's side writes its own)
             t = time.perf_counter()
             out.seconds[step + 1] = t - started - excluded
@@ -543,23 +567,30 @@ def run_side(side: str, policy: Path, s: Settings, seed: int, batches: list[Task
              heldout: list[events.Prompt], deadline: Deadline, scorer: LocalScorer) -> Curve:
     """One side on one seed: train, then evaluate its checkpoints (off its clock); its files removed."""
     run = Path(tempfile.mkdtemp(prefix=f"m1flow-bench-learning-{side}-"))
-    curve = Curve(side, seed)
     try:
         print(f"seed {seed}: {side} ...", flush=True)
         if side == "services":
             done = run_services(policy, s, seed, run, deadline)
         else:
             done = RUNNERS[side](policy, s, seed, batches, run, deadline, scorer)
-        order = "same" if done.prompts[:len(batches)] == [r.text for r in batches] else "DIFFERENT"
-        curve.notes += [*done.notes, f"records trained on: {order} order as the stream"]
-        for step in sorted(done.checkpoints):
-            deadline.check(f"{side}: evaluating v{step}")
-            p1 = pass_at_1(done.checkpoints[step], heldout, s, eval_seed(seed, step), scorer)
-            curve.points.append(Point(step, step * s.samples_per_step, done.seconds[step], p1))
-        print(f"seed {seed}: {side}: " + ", ".join(f"v{p.step} {p.pass1:.3f} @ {p.seconds:.0f}s"
-                                                   for p in curve.points), flush=True)
+        return evaluated(side, seed, done, s, batches, heldout, deadline, scorer)
     finally:
         shutil.rmtree(run, ignore_errors=True)
+
+
+def evaluated(side: str, seed: int, done: SideRun, s: Settings, batches: list[TaskRecord],
+              heldout: list[events.Prompt], deadline: Deadline, scorer: LocalScorer) -> Curve:
+    """A finished run's curve: held-out pass@1 of each of its checkpoints, and whether it trained on the
+    stream's records in order."""
+    curve = Curve(side, seed)
+    order = "same" if done.prompts[:len(batches)] == [r.text for r in batches] else "DIFFERENT"
+    curve.notes += [*done.notes, f"records trained on: {order} order as the stream"]
+    for step in sorted(done.checkpoints):
+        deadline.check(f"{side}: evaluating v{step}")
+        p1 = pass_at_1(done.checkpoints[step], heldout, s, eval_seed(seed, step), scorer)
+        curve.points.append(Point(step, step * s.samples_per_step, done.seconds[step], p1))
+    print(f"seed {seed}: {side}: " + ", ".join(f"v{p.step} {p.pass1:.3f} @ {p.seconds:.0f}s"
+                                               for p in curve.points), flush=True)
     return curve
 
 

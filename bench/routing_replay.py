@@ -79,7 +79,8 @@ def speed_table(args: argparse.Namespace) -> None:
         print(f"{name:>22}{tokens[record]:>9}{seconds[record]:>9.2f}{rate[record]:>10.1f}{rate[record] / rate[False]:>7.3f}")
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The settings (bench/mismatch.py --with-routing-cost takes the defaults of the speed table)."""
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=80, help="MoE layers of the record (MiniMax-M1: 80)")
     p.add_argument("--top-k", type=int, default=2)
@@ -95,7 +96,11 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main() -> None:
+    args = parse()
     bytes_table(args)
     print()
     speed_table(args)
