@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from m1flow import checkpoint
 from m1flow.bus import Producer
@@ -31,6 +31,7 @@ from m1flow.heldout import EvalSetConfig
 from m1flow.security import grpc_tls as tls
 from m1flow.stats import paired_flip_test, two_proportion_test
 from m1flow.tokenizer import TokenizerConfig
+from ops import demo_genrm
 from ops.browser import save_page
 from ops.control_cli import control_command
 from ops.services import NAMES
@@ -93,6 +94,18 @@ class DemoConfig(BaseModel):
     # rule cannot tell 'not learning yet' from 'stopped' and moved products' share away at v3
     # (`m1flow demo --curriculum`: DEMO_CURRICULUM)
     curriculum: dict = {}
+    # the GenRM loop (ops/demo_genrm.py): a general family judged by a GenRM that turns length-biased
+    # mid-run, ramped in by the curriculum after the verifiable families; the monitor's length-bias rule
+    # recalibrates it. Adds the family to `sources` and sets `curriculum` when they are left at their defaults.
+    genrm: bool = False
+
+    @model_validator(mode="after")
+    def _genrm_sources(self) -> "DemoConfig":
+        if self.genrm and not any(d not in demo_genrm.verifiable([d]) for d in self.sources):
+            self.sources = [*self.sources, demo_genrm.GENERAL]
+        if self.genrm and not self.curriculum:
+            self.curriculum = demo_genrm.curriculum(self.sources)
+        return self
 
     @field_validator("engine")
     @classmethod
@@ -109,8 +122,15 @@ def rl_lr(policy: Path) -> float:
 
 def warmstart_for(engine: str, mixture: list[DatasetConfig] | None = None) -> WarmStartConfig:
     """The hybrid model decodes natively; vLLM and transformers get a small Qwen2. With a mixture:
-    the cold start answers (noisily) every family of it, not arithmetic only."""
+    the cold start answers (noisily) every family of it, not arithmetic only; a judged family among them
+    (--genrm) with a few words, its prompts' words in the tokenizer, on top of the verifiable examples."""
     arch = "minimax_m1" if engine == "native" else "qwen2"
+    judged = [d for d in mixture or [] if d not in demo_genrm.verifiable([d])]
+    if judged:
+        return WarmStartConfig(arch=arch, task="mixture", mixture=demo_genrm.cold_start_mixture(mixture),
+                               **{**DEMO_COLD_START, "steps": demo_genrm.GENRM_COLD_START_STEPS},
+                               tokenizer=TokenizerConfig(prompts_of=DEMO_TOKENIZER_PROMPTS
+                                                         + [d.generator for d in judged]))
     if mixture:  # the tokenizer learns the families' words too: prompts of 45 tokens, not 150 letters
         return WarmStartConfig(arch=arch, task="mixture", mixture=mixture, **DEMO_COLD_START,
                                tokenizer=TokenizerConfig(prompts_of=DEMO_TOKENIZER_PROMPTS))
@@ -122,7 +142,7 @@ def eval_sets(cfg: DemoConfig) -> list[EvalSetConfig]:
     neither the source nor the cold start draws, in the source's window."""
     return [EvalSetConfig(**{**d.model_dump(), "name": d.source_name, "seed": EVAL_SEED, "prompts": cfg.eval_prompts,
                              "samples": cfg.eval_samples, "k": [1, cfg.eval_samples], "max_new_tokens": cfg.window})
-            for d in cfg.sources]
+            for d in demo_genrm.verifiable(cfg.sources)]
 
 
 def source_file(run: Path, cfg: DemoConfig) -> Path:
