@@ -305,7 +305,8 @@ def run_demo(cfg: DemoConfig) -> int:
         "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)],
         "source": ["--config", settings],
         "eval": ["--config", settings, "--engine", cfg.engine, "--every-versions", str(cfg.eval_every)],
-        "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else []})
+        "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else [],
+        "reward": ["--genrm", json.dumps(demo_genrm.GENRM_JUDGE)] if cfg.genrm else []})
     print(f"m1flow demo: run dir {run}; engine {cfg.engine}; sources "
           f"{', '.join(f'{d.source_name} ({d.weight:g})' for d in cfg.sources)}", flush=True)
     lr = cfg.lr or rl_lr(stack.initial_policy())  # the cold start, when not cached, prints its progress
@@ -329,11 +330,14 @@ def run_demo(cfg: DemoConfig) -> int:
         last = wait_for_results(stack.bootstrap, stack.run_id, final, sets, t0)
         full = monitor_report(monitor, max_events=50)
         print(save_page(dashboard, run / "dashboard.png"))
+        episode = demo_genrm.read_episode(stack.bootstrap, stack.run_id, stack.initial_policy()) if cfg.genrm else None
     finally:
         stack.stop()
     print_table(list(full.rows))
     print_sources(list(full.source_rows))
     print_curriculum(full)
+    if episode is not None:
+        demo_genrm.print_episode(episode)
     print_heldout(first, last, 0, final)
     print(f"held-out sets: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
           "each scored by its source's verifier")

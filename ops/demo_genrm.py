@@ -14,9 +14,12 @@ recalibrated at, and the general answers' length and hidden quality over the run
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from m1flow.chat import after_reasoning
 from m1flow.data.dataset import DatasetConfig
 from m1flow.data.generators import generate
 from m1flow.stats import spearman
@@ -96,8 +99,10 @@ class GeneralGroup:
         return spearman(np.array(self.rewards), np.array(self.lengths, dtype=float))
 
 
-def general_groups(scored: list[dict], decode, source: str = "general") -> list[GeneralGroup]:
-    """The judged family's groups from `scored` records (read_range dicts), decoded with `decode`."""
+def general_groups(scored: list[dict], decode: Callable[[list[int]], str], prompt_of: Callable[[list[int]], str],
+                   source: str = "general") -> list[GeneralGroup]:
+    """The judged family's groups from `scored` records (read_range dicts): answers decoded with `decode`,
+    prompts with `prompt_of`."""
     out = []
     for record in scored:
         value = record.get("value") or {}
@@ -106,13 +111,13 @@ def general_groups(scored: list[dict], decode, source: str = "general") -> list[
         samples = [s for s in value.get("samples", []) if s.get("status", "STATUS_OK") == "STATUS_OK"]
         if not samples:
             continue
-        prompt = decode(samples[0].get("promptTokenIds", samples[0].get("prompt_token_ids", [])))
+        prompt = prompt_of(samples[0].get("prompt_token_ids", []))
         out.append(GeneralGroup(
-            version=min(int(s.get("policyVersion", s.get("policy_version", 0))) for s in samples),
+            version=min(int(s.get("policy_version", 0)) for s in samples),
             ts_ms=int(record.get("timestamp_ms") or 0),
             rewards=[float(s.get("parts", {}).get("genrm", 0.0)) for s in samples],
-            lengths=[len(s.get("tokenIds", s.get("token_ids", []))) for s in samples],
-            quality=[quality(prompt, decode(s.get("tokenIds", s.get("token_ids", [])))) for s in samples]))
+            lengths=[len(s.get("token_ids", [])) for s in samples],
+            quality=[quality(prompt, decode(s.get("token_ids", []))) for s in samples]))
     return out
 
 
@@ -179,3 +184,27 @@ def print_episode(ep: Episode, say=print) -> dict:
     numbers["thirds"] = thirds(ep.groups)
     return numbers
 
+
+
+def read_episode(bootstrap: str, run_id: str, policy: Path) -> Episode:
+    """The episode from the bus: `scored` (the general groups, decoded with the policy's tokenizer and
+    valued by the hidden quality on the text the judge read), the monitor's `recalibrate` on `control`
+    and svc_reward's fit on `metrics`."""
+    from transformers import AutoTokenizer
+
+    from ops.topics_io import read_range
+
+    tok = AutoTokenizer.from_pretrained(policy)
+    decode = lambda ids: after_reasoning(tok.decode(ids, skip_special_tokens=True))  # noqa: E731
+    prompt_of = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+    groups = general_groups(list(read_range(bootstrap, "scored")), decode, prompt_of)
+    commands = [r["value"] for r in read_range(bootstrap, "control") if "recalibrate" in r.get("value", {})
+                and r["value"].get("header", {}).get("trace", {}).get("run_id", "") in (run_id, "")]
+    fit, fitted_ms = {}, None
+    for record in read_range(bootstrap, "metrics"):
+        name = record.get("value", {}).get("name", "")
+        if name.startswith("genrm/length_coef_") and fitted_ms is None:  # the first recalibration's fit
+            fit[name.split("/", 1)[1]] = float(record["value"].get("value", 0.0))
+            if name == "genrm/length_coef_after":
+                fitted_ms = int(record.get("timestamp_ms") or 0)
+    return Episode(groups, commands[0].get("evidence") if commands else None, fitted_ms, fit)
