@@ -31,10 +31,17 @@ GENERAL = DatasetConfig(generator="general", weight=0.0, level=1, size=20_000, s
 # verifiable families' examples at the default demo's 1500 steps' worth.
 GENERAL_SFT_WEIGHT = 0.2
 GENRM_COLD_START_STEPS = 1800
-# svc_reward's judge: the hidden quality, ties within 0.05; from `bonus_after` judgements on, 0.01 per
+# svc_reward's judge: the hidden quality, ties within 0.05; from `bonus_after` judgements on, 0.05 per
 # character of answer on top (about 30 judgements per group of 8: Swiss rounds in both orders, then
-# every answer against the reference), i.e. after about 130 general groups.
-GENRM_JUDGE = {"judge": "general", "margin": 0.05, "length_bonus": 0.01, "bonus_after": 4000, "history": 4096}
+# every answer against the reference), i.e. after about 130 general groups. 0.05, not 0.01: on answers
+# of 2-6 words (the cold start's) the hidden quality falls with length (repeats), and a fair judge's
+# windows read a rank correlation of -0.16; 0.01 a character only brings it to -0.04 (never seen as
+# biased), 0.05 to +0.43 (every window biased), which recalibration takes to -0.02 (simulated with
+# svc_reward's scorer and the monitor's rule, 12 windows of 16 groups each way).
+# history: the raw verdicts the recalibration is fitted on, about the monitor's two evidence windows of 16
+# groups (7 answers against the reference each): a longer one, mostly verdicts from before the bias when
+# it is detected, fits only part of it (the broker test measured b1 2.2 -> 1.1 with 1024, and the rule asked again).
+GENRM_JUDGE = {"judge": "general", "margin": 0.05, "length_bonus": 0.05, "bonus_after": 4000, "history": 256}
 # The curriculum: the report's order, verifiable sources first (3 windows of 48 groups), then the
 # general family ramped in to weight 0.3 (a share of 0.3 / 1.3) over 3 windows.
 GENRM_RAMP = {"general": 0.3}

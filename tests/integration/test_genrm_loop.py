@@ -39,7 +39,11 @@ AFTER_GROUPS = 96  # groups scored after the recalibration the correlation is re
 POLICY = WarmStartConfig(task="mixture", steps=150, open_words=(2, 12),
                          mixture=[DatasetConfig(generator="general", weight=1.0, size=2000, seed=5)],
                          tokenizer=TokenizerConfig(prompts_of=["general"]))
-JUDGE = {"judge": "general", "margin": 0.05, "length_bonus": 0.01, "bonus_after": BIAS_AFTER, "history": 1024}
+# history: the verdicts of the rule's evidence windows (7 answers against the reference per group), so the
+# fit is made on the judge as it is now; a longer one, still mostly fair verdicts when the bias is
+# detected, fits half the preference (measured: b1 2.2 -> 1.1 with 1024) and the rule has to ask again
+HISTORY = CONSECUTIVE * WINDOW_GROUPS * 7
+JUDGE = {"judge": "general", "margin": 0.05, "length_bonus": 0.05, "bonus_after": BIAS_AFTER, "history": HISTORY}
 
 
 def service_args(settings: Path) -> dict[str, list[str]]:
