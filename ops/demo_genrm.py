@@ -138,16 +138,15 @@ class Episode:
     fit: dict[str, float]  # svc_reward's length coefficients before/after
 
     def phases(self) -> dict[str, list[GeneralGroup]]:
-        """Groups before the evidence windows, in them (the bias the rule saw), and scored after svc_reward
-        applied the recalibration."""
+        """Groups before the evidence's windows; from them until svc_reward applied the recalibration (the
+        bias the rule saw, and what was scored while the command was on its way); scored after it."""
         if self.detected is None:
             return {"whole run": self.groups}
-        lo, hi = int(self.detected.get("version_from", 0)), int(self.detected.get("version_to", 0))
-        after = self.recalibrated_ms or 2**62
-        return {"before the evidence": [g for g in self.groups if g.version < lo and g.ts_ms < after],
-                "biased (the evidence's windows)": [g for g in self.groups if lo <= g.version <= hi
-                                                    and g.ts_ms < after],
-                "after recalibration": [g for g in self.groups if g.ts_ms > after]}
+        lo = int(self.detected.get("version_from", 0))
+        fitted = self.recalibrated_ms or 2**62
+        return {"before the evidence": [g for g in self.groups if g.version < lo and g.ts_ms < fitted],
+                "biased (evidence to recalibration)": [g for g in self.groups if g.version >= lo and g.ts_ms < fitted],
+                "after recalibration": [g for g in self.groups if g.ts_ms > fitted]}
 
 
 def thirds(groups: list[GeneralGroup]) -> list[tuple[str, float, float, int]]:
@@ -176,8 +175,10 @@ def print_episode(ep: Episode, say=print) -> dict:
         signals = ", ".join(f"{k} {v:.3f}" for k, v in sorted(ep.detected.get("signals", {}).items()))
         say(f"  detected on windows of v{ep.detected.get('version_from')}-v{ep.detected.get('version_to')} "
             f"({ep.detected.get('windows')} window(s) in a row; {signals}); recalibrate sent on control")
+        after = [g.version for g in ep.groups if ep.recalibrated_ms and g.ts_ms > ep.recalibrated_ms]
+        numbers["recalibrated"] = min(after) if after else None
         if ep.fit:
-            say(f"  svc_reward's fit: length coefficient {ep.fit.get('length_coef_before', 0):.2f} -> "
+            say(f"  svc_reward's fit (its first general group after it: v{numbers['recalibrated']}): length coefficient {ep.fit.get('length_coef_before', 0):.2f} -> "
                 f"{ep.fit.get('length_coef_after', 0):.2f}")
         numbers["detected"] = (ep.detected.get("version_from"), ep.detected.get("version_to"))
     for name, part in ep.phases().items():

@@ -65,11 +65,11 @@ def test_the_episode_is_read_from_scored_records():
     assert g.corr is not None and g.corr > 0.9
     episode = demo_genrm.Episode(groups, {"version_from": 3, "version_to": 4, "windows": 2, "signals": {}}, 6500, {})
     phases = episode.phases()
-    assert [[g.version for g in part] for part in phases.values()] == [[1, 2], [3, 4], [7, 8, 9]]
+    assert [[g.version for g in part] for part in phases.values()] == [[1, 2], [3, 4, 5, 6], [7, 8, 9]]
     thirds = demo_genrm.thirds(groups)
     assert [t[0] for t in thirds] == ["v1-3", "v4-6", "v7-9"] and all(t[1] == 2.5 and t[3] == 12 for t in thirds)
     lines: list[str] = []
     numbers = demo_genrm.print_episode(episode, say=lines.append)
-    assert numbers["detected"] == (3, 4) and numbers["after recalibration"].n == 3
+    assert numbers["detected"] == (3, 4) and numbers["recalibrated"] == 7 and numbers["after recalibration"].n == 3
     interval = demo_genrm.bootstrap([0.1, 0.2, 0.3, 0.4])
     assert interval is not None and interval.low <= interval.mean <= interval.high
