@@ -330,7 +330,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ops.demo import DEMO_CURRICULUM, DemoConfig, run_demo
 
     return run_demo(DemoConfig(run_dir=args.run_dir, minutes=args.minutes, engine=args.engine, model=args.model,
-                               curriculum=DEMO_CURRICULUM if args.curriculum else {}))
+                               curriculum=DEMO_CURRICULUM if args.curriculum else {}, genrm=args.genrm))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -350,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--minutes", type=float, default=8.0, help="minutes of RL (after the cold start and v0's evaluation)")
     d.add_argument("--curriculum", action="store_true",
                    help="the monitor's curriculum (ops/demo.py DEMO_CURRICULUM) instead of the fixed mixture")
+    d.add_argument("--genrm", action="store_true",
+                   help="the GenRM loop (ops/demo_genrm.py): a general family ramped in, judged by a GenRM that "
+                        "turns length-biased mid-run, which the monitor detects and recalibrates")
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
     from ops.cluster import add_parser as add_cluster_parser

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from m1flow import checkpoint
 from m1flow.bus import Producer
@@ -31,6 +31,7 @@ from m1flow.heldout import EvalSetConfig
 from m1flow.security import grpc_tls as tls
 from m1flow.stats import paired_flip_test, two_proportion_test
 from m1flow.tokenizer import TokenizerConfig
+from ops import demo_genrm
 from ops.browser import save_page
 from ops.control_cli import control_command
 from ops.services import NAMES
@@ -93,6 +94,18 @@ class DemoConfig(BaseModel):
     # rule cannot tell 'not learning yet' from 'stopped' and moved products' share away at v3
     # (`m1flow demo --curriculum`: DEMO_CURRICULUM)
     curriculum: dict = {}
+    # the GenRM loop (ops/demo_genrm.py): a general family judged by a GenRM that turns length-biased
+    # mid-run, ramped in by the curriculum after the verifiable families; the monitor's length-bias rule
+    # recalibrates it. Adds the family to `sources` and sets `curriculum` when they are left at their defaults.
+    genrm: bool = False
+
+    @model_validator(mode="after")
+    def _genrm_sources(self) -> "DemoConfig":
+        if self.genrm and not any(d not in demo_genrm.verifiable([d]) for d in self.sources):
+            self.sources = [*self.sources, demo_genrm.GENERAL]
+        if self.genrm and not self.curriculum:
+            self.curriculum = demo_genrm.curriculum(self.sources)
+        return self
 
     @field_validator("engine")
     @classmethod
@@ -109,8 +122,15 @@ def rl_lr(policy: Path) -> float:
 
 def warmstart_for(engine: str, mixture: list[DatasetConfig] | None = None) -> WarmStartConfig:
     """The hybrid model decodes natively; vLLM and transformers get a small Qwen2. With a mixture:
-    the cold start answers (noisily) every family of it, not arithmetic only."""
+    the cold start answers (noisily) every family of it, not arithmetic only; a judged family among them
+    (--genrm) with a few words, its prompts' words in the tokenizer, on top of the verifiable examples."""
     arch = "minimax_m1" if engine == "native" else "qwen2"
+    judged = [d for d in mixture or [] if d not in demo_genrm.verifiable([d])]
+    if judged:
+        return WarmStartConfig(arch=arch, task="mixture", mixture=demo_genrm.cold_start_mixture(mixture),
+                               **{**DEMO_COLD_START, "steps": demo_genrm.GENRM_COLD_START_STEPS},
+                               tokenizer=TokenizerConfig(prompts_of=DEMO_TOKENIZER_PROMPTS
+                                                         + [d.generator for d in judged]))
     if mixture:  # the tokenizer learns the families' words too: prompts of 45 tokens, not 150 letters
         return WarmStartConfig(arch=arch, task="mixture", mixture=mixture, **DEMO_COLD_START,
                                tokenizer=TokenizerConfig(prompts_of=DEMO_TOKENIZER_PROMPTS))
@@ -122,7 +142,7 @@ def eval_sets(cfg: DemoConfig) -> list[EvalSetConfig]:
     neither the source nor the cold start draws, in the source's window."""
     return [EvalSetConfig(**{**d.model_dump(), "name": d.source_name, "seed": EVAL_SEED, "prompts": cfg.eval_prompts,
                              "samples": cfg.eval_samples, "k": [1, cfg.eval_samples], "max_new_tokens": cfg.window})
-            for d in cfg.sources]
+            for d in demo_genrm.verifiable(cfg.sources)]
 
 
 def source_file(run: Path, cfg: DemoConfig) -> Path:
@@ -285,7 +305,8 @@ def run_demo(cfg: DemoConfig) -> int:
         "rollout": ["--engine", cfg.engine, "--group-size", str(cfg.group_size), "--max-new-tokens", str(cfg.window)],
         "source": ["--config", settings],
         "eval": ["--config", settings, "--engine", cfg.engine, "--every-versions", str(cfg.eval_every)],
-        "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else []})
+        "monitor": ["--curriculum", json.dumps(cfg.curriculum)] if cfg.curriculum else [],
+        "reward": ["--genrm", json.dumps(demo_genrm.GENRM_JUDGE)] if cfg.genrm else []})
     print(f"m1flow demo: run dir {run}; engine {cfg.engine}; sources "
           f"{', '.join(f'{d.source_name} ({d.weight:g})' for d in cfg.sources)}", flush=True)
     lr = cfg.lr or rl_lr(stack.initial_policy())  # the cold start, when not cached, prints its progress
@@ -309,11 +330,14 @@ def run_demo(cfg: DemoConfig) -> int:
         last = wait_for_results(stack.bootstrap, stack.run_id, final, sets, t0)
         full = monitor_report(monitor, max_events=50)
         print(save_page(dashboard, run / "dashboard.png"))
+        episode = demo_genrm.read_episode(stack.bootstrap, stack.run_id, stack.initial_policy()) if cfg.genrm else None
     finally:
         stack.stop()
     print_table(list(full.rows))
     print_sources(list(full.source_rows))
     print_curriculum(full)
+    if episode is not None:
+        demo_genrm.print_episode(episode)
     print_heldout(first, last, 0, final)
     print(f"held-out sets: {cfg.eval_prompts} prompts per source x {cfg.eval_samples} samples, engine {cfg.engine}, "
           "each scored by its source's verifier")

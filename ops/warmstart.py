@@ -69,6 +69,10 @@ class WarmStartConfig(BaseModel):
     # RL draws from), each drawn by its weight, written as the source's verifier reads them
     mixture: list[DatasetConfig] = []
     tokenizer: TokenizerConfig = TokenizerConfig()
+    # task mixture: a general task (verifier genrm, no gold) is answered with this many words
+    # (m1flow.tasks.general.sample_answer: named words and filler, some repeated), short enough that the
+    # policy has room in its window to write longer answers when a judge starts paying for length
+    open_words: tuple[int, int] = (2, 6)
     # task recheck (m1flow.tasks.recheck): the quick pass forgets each carry with probability
     # recheck_carry_slip; the first recheck_skill_frac of the SFT examples take the re-check at
     # recheck_skill_rate, so that the redo is learned, the rest at recheck_rate, so that the policy ends
@@ -137,12 +141,23 @@ def mixture_examples(cfg: WarmStartConfig, n: int, rng: random.Random) -> list[t
         d = cfg.mixture[i]
         record = generate(d.generator, 10_000 + d.seed + cfg.seed, seen[i], d.level, d.config)
         seen[i] += 1
+        if record.verifier.kind == "genrm":  # no gold to write: an answer a weak policy might give
+            out.append((record, open_answer(record.prompt, rng, cfg.open_words)))
+            continue
         gold = record.verifier.gold or str(record.verifier.spec.get("solution", ""))
         wrong = record.model_copy(update={"verifier": record.verifier.model_copy(
             update={"gold": noisy_gold(gold, rng, cfg.label_noise)})})
         answer = gold_answer(wrong.verifier)
         out.append((record, malformed(answer) if rng.random() < cfg.form_noise else answer))
     return out
+
+
+def open_answer(instruction: str, rng: random.Random, words: tuple[int, int]) -> str:
+    """A general task's SFT answer: a few of its named words and filler (m1flow.tasks.general), of as
+    varied a quality as a cold start distilled from a weaker model, so that a judge has something to rank."""
+    from m1flow.tasks.general import sample_answer
+
+    return sample_answer(rng, instruction, *words)
 
 
 def malformed(answer: str) -> str:
@@ -236,7 +251,8 @@ def _cache_root() -> Path:
 def _mixture_sources(here: Path) -> list[Path]:
     """The code a mixture's examples are a function of: the generators, their tasks, the gold forms."""
     return [here / "data" / "generators.py", *sorted((here / "kinds").glob("*.py")), here / "data" / "record.py",
-            here / "tasks" / "arith.py", here / "tasks" / "rg.py", *sorted((here / "tasks" / "logic").glob("*.py"))]
+            here / "tasks" / "arith.py", here / "tasks" / "rg.py", here / "tasks" / "general.py",
+            *sorted((here / "tasks" / "logic").glob("*.py"))]
 
 
 def _key(cfg: WarmStartConfig) -> str:
