@@ -76,7 +76,7 @@ class Interval:
     n: int
 
     def __str__(self) -> str:
-        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.n} groups)"
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.n} groups with an ordering)"
 
 
 def bootstrap(values: list[float], draws: int = 2000, seed: int = 0) -> Interval | None:
