@@ -135,7 +135,8 @@ class Mismatched(Variant):
             return
         version, cfg = step + 1, self.rule_cfg  # the learner publishes `learner/<stat>` at step = version
         rows = [MetricRow(service="learner", name=name, step=version, value=stats[stat])
-                for name, stat in ((cfg.corr_metric, "train_infer_corr"), (cfg.kl_metric, "train_infer_k3"))
+                for name, stat in ((cfg.corr_metric, "train_infer_corr"), (cfg.kl_metric, "train_infer_k3"),
+                                   (cfg.dropped_metric, "correction_dropped_frac"))
                 if stat in stats]
         for command in self.rule.evaluate(rows).commands:
             if command.command == "set_correction":

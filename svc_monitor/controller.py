@@ -109,10 +109,10 @@ class Controller:
         return out
 
     def next_mismatch_rows(self) -> list[MetricRow]:
-        """The learner's correlation and KL rows after the cursor, oldest first (up to the newest row
+        """The learner's correlation, KL and dropped-share rows after the cursor, oldest first (up to the newest row
         stored before reading, so that a row written between the two reads is not skipped)."""
         upto, after, cfg = self.store.last_id(MetricRow), self.cursors["mismatch"], self.cfg.mismatch
-        rows = sorted((r for name in (cfg.corr_metric, cfg.kl_metric) for r in self.store.metrics_after(after, name)
+        rows = sorted((r for name in (cfg.corr_metric, cfg.kl_metric, cfg.dropped_metric) for r in self.store.metrics_after(after, name)
                        if r.id <= upto), key=lambda r: r.id)
         if rows:
             self.cursors["mismatch"] = rows[-1].id

@@ -6,7 +6,10 @@ correlation is at least `corr_ok` and the KL at most `kl_ok`; in between, neithe
 band: a value hovering at one threshold cannot flip the bounds back and forth). `tighten_after` bad
 steps in a row multiply the scale of the bounds by `factor` (down to `min_scale`); `relax_after`
 good steps in a row divide it (up to 1, the configured bounds). Each change is one `set_correction`
-with its evidence; any step that breaks a streak starts it again, and so does each change.
+with its evidence; any step that breaks a streak starts it again, and so does each change. A bad streak
+does not tighten while the correction already drops `max_dropped` of the tokens: the correlation and the
+KL are measured before any correction, so no bound can bring them down, and a rule that kept tightening
+would reach its floor and discard a fifth of every batch (bench/mismatch.py measured that: -0.2 pass@1).
 
 A step's rows arrive together; rows of a step already counted (its tail split across two reads) are
 not counted again.
@@ -75,6 +78,9 @@ class MismatchRule:
         s.bad, s.good = (s.bad + 1, 0) if verdict < 0 else (0, s.good + 1) if verdict > 0 else (0, 0)
         if max(s.bad, s.good) == 1:
             s.since = step
+        if s.bad >= c.tighten_after and values.get(c.dropped_metric, 0.0) >= c.max_dropped:
+            s.bad = 0  # held: tighter bounds would only drop more
+            return Outcome()
         if s.bad >= c.tighten_after:
             scale, streak, thresholds = max(s.scale * c.factor, c.min_scale), s.bad, {
                 c.corr_metric: c.corr_low, c.kl_metric: c.kl_high}

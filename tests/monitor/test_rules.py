@@ -158,15 +158,16 @@ def test_no_progress_alert_only_for_watched_groups_with_lag():
         ("no_progress", "m1flow-reward", False)]
 
 
-def mismatch_stream(rule, kinds: str, first: int = 0, act: bool = True) -> list:
-    """One learner step per character: 'h' healthy, 'b' bad mismatch, 'm' in the band between; the
-    commands the rule sent, as (step, scale)."""
+def mismatch_stream(rule, kinds: str, first: int = 0, act: bool = True, dropped: float = 0.0) -> list:
+    """One learner step per character: 'h' healthy, 'b' bad mismatch, 'm' in the band between, with
+    `dropped` the share of tokens the correction drops; the commands the rule sent, as (step, scale)."""
     values = {"h": (0.995, 0.0005), "b": (0.90, 0.03), "m": (0.97, 0.005)}
     sent = []
     for i, kind in enumerate(kinds):
         corr, kl = values[kind]
         rows = [MetricRow(service="learner", name="learner/train_infer_corr", step=first + i, value=corr),
-                MetricRow(service="learner", name="learner/train_infer_k3", step=first + i, value=kl)]
+                MetricRow(service="learner", name="learner/train_infer_k3", step=first + i, value=kl),
+                MetricRow(service="learner", name="learner/correction_dropped_frac", step=first + i, value=dropped)]
         sent += [(c.evidence.version_to, c.scale) for c in rule.evaluate(rows, act=act).commands]
     return sent
 
@@ -181,6 +182,20 @@ def test_mismatch_tightens_the_bounds_while_it_is_high_and_relaxes_them_once_it_
     assert mismatch_stream(rule, "mmmmmm", first=14) == []  # in the band: neither
     assert mismatch_stream(rule, "hhhhhhhhhhh", first=20) == [(22, 0.25), (25, 0.5), (28, 1.0)]
     assert rule.state.scale == 1.0
+
+
+def test_mismatch_stops_tightening_once_the_correction_drops_its_bound_of_tokens():
+    """The mismatch is measured before any correction, so tighter bounds cannot lower it: once the
+    correction drops max_dropped of the tokens, a bad streak holds the bounds instead of discarding
+    more (bench/mismatch.py: without the stop the scale fell to its floor and pass@1 by 0.2)."""
+    from svc_monitor.config import MismatchConfig
+    from svc_monitor.rules.mismatch import MismatchRule
+
+    rule = MismatchRule(MismatchConfig(enabled=True, tighten_after=2, relax_after=3, max_dropped=0.05))
+    assert mismatch_stream(rule, "bb", dropped=0.01) == [(1, 0.5)]  # dropping little: tightened
+    assert mismatch_stream(rule, "bbbbbbbb", first=2, dropped=0.08) == []  # held at 0.5
+    assert rule.state.scale == 0.5
+    assert mismatch_stream(rule, "hhh", first=10, dropped=0.08) == [(12, 1.0)]  # relaxing is never held
 
 
 def test_mismatch_hovering_at_a_threshold_does_not_flip_the_bounds():
