@@ -21,6 +21,7 @@ import torch
 
 from m1flow import checkpoint
 from m1flow.contracts import events
+from bench.rollout import announce
 from m1flow.engines.base import BatchEngine
 from m1flow.engines.hf import HFEngine
 from m1flow.engines.native import NativeEngine
@@ -44,9 +45,7 @@ def two_versions(cfg: WarmStartConfig, root: Path) -> list[events.PolicyVersion]
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 1e-3)
-        directory = checkpoint.save_policy(root / f"v{v}", model, tok)
-        versions.append(events.PolicyVersion(version=v, checkpoint_uri=checkpoint.uri_for(directory),
-                                             sha256=checkpoint.weights_sha256(directory)))
+        versions.append(announce(checkpoint.save_policy(root / f"v{v}", model, tok), v))
     return versions
 
 
