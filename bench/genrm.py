@@ -128,8 +128,11 @@ def calibration(bias: float, groups: int, seed: int) -> dict[str, float]:
     old, _ = length_correlation(lambda p, a: per_verdict_rewards(raw, pooled, p, a), after)
     fit = scorer.recalibrate()
     new, read = length_correlation(rewards, after)
+    second = scorer.recalibrate()  # a stage more, fitted on the verdicts as the first one corrected them
+    again, _ = length_correlation(rewards, groups_of(8, groups, seed=10 * seed + 4))
     return {"before": before, "b1 pooled": pooled.coefficient_before, "old after": old,
-            "b1 within": fit.before, "new after": new, "groups read": read}
+            "b1 within": fit.before, "new after": new, "groups read": read,
+            "b1 left": second.before, "after 2nd": again}
 
 
 def main() -> None:
@@ -155,12 +158,14 @@ def main() -> None:
     if "calibration" in args.parts:
         print(f"\nwithin-group rank correlation of reward and length, G=8, {args.groups} groups each side, "
               f"{args.seeds} seeds (mean, then min..max)\n")
-        print("| length bonus/char | before | b1 pooled | old map after | b1 within | new after | groups read |")
-        print("|---|---|---|---|---|---|---|")
+        print("| length bonus/char | before | b1 pooled | old map after | b1 fitted | new after | groups read | "
+              "b1 left | after a 2nd recalibration |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for bias in BIASES:
             rows = [calibration(bias, args.groups, seed) for seed in range(args.seeds)]
             cells = []
-            for name in ("before", "b1 pooled", "old after", "b1 within", "new after", "groups read"):
+            for name in ("before", "b1 pooled", "old after", "b1 within", "new after", "groups read", "b1 left",
+                         "after 2nd"):
                 values = [row[name] for row in rows]
                 cells.append(f"{np.mean(values):+.2f} ({min(values):+.2f}..{max(values):+.2f})"
                              if "after" in name or name == "before" else f"{np.mean(values):.0f}"

@@ -13,7 +13,7 @@ recalibrated at, and the general answers' length and hidden quality over the run
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -133,9 +133,15 @@ class Episode:
     """The length-bias episode of a run, read back from the bus."""
 
     groups: list[GeneralGroup]
-    detected: dict | None  # the recalibrate command's evidence (versions, signals, thresholds)
-    recalibrated_ms: int | None  # when svc_reward published its fit
-    fit: dict[str, float]  # svc_reward's length coefficients before/after
+    detected: dict | None  # the first recalibrate command's evidence (versions, signals, thresholds)
+    recalibrated_ms: int | None  # when svc_reward published its first fit
+    fit: dict[str, float]  # svc_reward's first length coefficients before/after
+    fits: list[dict[str, float]] = field(default_factory=list)  # every fit in order: before, after, stages, ts_ms
+
+    def later(self) -> list[tuple[dict[str, float], list[GeneralGroup]]]:
+        """Each fit with the groups scored under it (after it, before the next one)."""
+        ends = [f["ts_ms"] for f in self.fits[1:]] + [2**62]
+        return [(f, [g for g in self.groups if f["ts_ms"] < g.ts_ms < end]) for f, end in zip(self.fits, ends)]
 
     def phases(self) -> dict[str, list[GeneralGroup]]:
         """Groups before the evidence's windows; from them until svc_reward applied the recalibration (the
@@ -186,6 +192,15 @@ def print_episode(ep: Episode, say=print) -> dict:
         say(f"  {name:<32} corr {iv if iv else '- (no groups)'}" +
             (f"; versions v{min(g.version for g in part)}-v{max(g.version for g in part)}" if part else ""))
         numbers[name] = iv
+    if len(ep.fits) > 1:
+        say(f"  every recalibration ({len(ep.fits)}): svc_reward's fit, then the groups scored under it")
+        for i, (fit, part) in enumerate(ep.later(), 1):
+            iv = bootstrap([c for g in part if (c := g.corr) is not None])
+            say(f"    #{i}: length coefficient {fit.get('length_coef_before', 0):.2f} -> "
+                f"{fit.get('length_coef_after', 0):.2f}, {int(fit.get('calibration_stages', 1))} stage(s); corr "
+                f"{iv if iv else '- (no groups)'}" +
+                (f"; v{min(g.version for g in part)}-v{max(g.version for g in part)}" if part else ""))
+    numbers["recalibrations"] = len(ep.fits)
     say("  general answers per third of the run | versions | mean length (tokens) | hidden quality | answers")
     for label, length, q, n in thirds(ep.groups):
         say(f"  {'':<37}| {label:>8} | {length:>20.2f} | {q:>14.3f} | {n}")
@@ -208,11 +223,17 @@ def read_episode(bootstrap: str, run_id: str, policy: Path) -> Episode:
     groups = general_groups(list(read_range(bootstrap, "scored")), decode, prompt_of)
     commands = [r["value"] for r in read_range(bootstrap, "control") if "recalibrate" in r.get("value", {})
                 and r["value"].get("header", {}).get("trace", {}).get("run_id", "") in (run_id, "")]
-    fit, fitted_ms = {}, None
+    fits: dict[tuple, dict[str, float]] = {}  # (replica, its count of recalibrations) -> the fit
     for record in read_range(bootstrap, "metrics"):
-        name = record.get("value", {}).get("name", "")
-        if name.startswith("genrm/length_coef_") and fitted_ms is None:  # the first recalibration's fit
-            fit[name.split("/", 1)[1]] = float(record["value"].get("value", 0.0))
+        value = record.get("value", {})
+        name = value.get("name", "")
+        if name in ("genrm/length_coef_before", "genrm/length_coef_after", "genrm/calibration_stages"):
+            key = (tuple(sorted(value.get("labels", {}).items())), int(value.get("step", 0)))
+            fit = fits.setdefault(key, {})
+            fit[name.split("/", 1)[1]] = float(value.get("value", 0.0))
             if name == "genrm/length_coef_after":
-                fitted_ms = int(record.get("timestamp_ms") or 0)
-    return Episode(groups, commands[0].get("evidence") if commands else None, fitted_ms, fit)
+                fit["ts_ms"] = int(record.get("timestamp_ms") or 0)
+    ordered = sorted((fit for fit in fits.values() if "ts_ms" in fit), key=lambda fit: fit["ts_ms"])
+    first = ordered[0] if ordered else {}
+    return Episode(groups, commands[0].get("evidence") if commands else None, first.get("ts_ms"),
+                   {k: v for k, v in first.items() if k.startswith("length_coef_")}, ordered)

@@ -65,9 +65,10 @@ class Recalibrations:
             ctx.metric("genrm/recalibrate_skipped", 1.0, step=self.recalibrations, **self.labels)
             return
         self.recalibrations += 1
-        log.info("GenRM recalibrated (%s): length coefficient %.3f -> %.3f on %s verdicts",
-                 reason, fit.before, fit.after, fit.records)
+        log.info("GenRM recalibrated (%s): length coefficient %.3f -> %.3f on %s verdicts, %d stage(s)",
+                 reason, fit.before, fit.after, fit.records, fit.stages)
         for name, value in (("length_coef_before", fit.before), ("length_coef_after", fit.after),
+                            ("calibration_stages", fit.stages),
                             ("raw_win_rate", fit.raw_win_rate), ("lc_win_rate", fit.lc_win_rate),
                             ("calibration_records", fit.records), ("flip_rate", genrm.flip_rate)):
             ctx.metric(f"genrm/{name}", value, step=self.recalibrations, **self.labels)

@@ -71,5 +71,13 @@ def test_the_episode_is_read_from_scored_records():
     lines: list[str] = []
     numbers = demo_genrm.print_episode(episode, say=lines.append)
     assert numbers["detected"] == (3, 4) and numbers["recalibrated"] == 7 and numbers["after recalibration"].n == 3
+    assert numbers["recalibrations"] == 0 and not any("every recalibration" in line for line in lines)
+    fits = [{"length_coef_before": 4.8, "length_coef_after": 0.6, "calibration_stages": 1, "ts_ms": 6500},
+            {"length_coef_before": 1.3, "length_coef_after": 0.1, "calibration_stages": 2, "ts_ms": 8500}]
+    twice = demo_genrm.Episode(groups, episode.detected, 6500, {}, fits)
+    assert [[g.version for g in part] for _, part in twice.later()] == [[7, 8], [9]]
+    lines = []
+    assert demo_genrm.print_episode(twice, say=lines.append)["recalibrations"] == 2
+    assert any("#2: length coefficient 1.30 -> 0.10, 2 stage(s)" in line and "v9-v9" in line for line in lines), lines
     interval = demo_genrm.bootstrap([0.1, 0.2, 0.3, 0.4])
     assert interval is not None and interval.low <= interval.mean <= interval.high

@@ -44,9 +44,17 @@ class CalibrationConfig(BaseModel):
 
     l2: float = Field(1e-3, ge=0.0, description="ridge penalty; keeps a perfect length lover finite")
     min_records: int = Field(20, ge=2)
+    min_pairs: int = Field(
+        10, ge=1, description="discordant within-group pairs (one verdict won, the other did not) at least, to fit "
+                              "b1 within groups; fewer falls back to the pooled fit, which the groups' different "
+                              "references attenuate")
     min_coefficient: float = Field(
         0.5, ge=0.0, description="length coefficient b1 at or below which a fit corrects nothing (the judge "
                                  "has no length preference worth removing; the monitor's coef_threshold)")
+    max_stages: int = Field(
+        4, ge=1, description="correction stages at most: a recalibration after the first adds a stage fitted on "
+                             "the verdicts as the stages before it corrected them; past this many it refits on raw "
+                             "verdicts")
     max_iter: int = Field(50, ge=1)
 
 

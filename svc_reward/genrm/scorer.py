@@ -38,6 +38,8 @@ class GenRMScorer:
         self.length = length
         self.tracker = FlipTracker()
         self.history: deque[LengthRecord] = deque(maxlen=self.config.history)
+        self.games: deque[LengthRecord] = deque(maxlen=self.config.history)  # Swiss games between peers
+        self.since_fit: deque[LengthRecord] = deque(maxlen=self.config.history)  # as the current fit scored them
 
     @property
     def flip_rate(self) -> float:
@@ -62,13 +64,15 @@ class GenRMScorer:
         raw = [outcomes[i].score for i in judged]
         lengths, ref_length = [self.length(rollouts[i]) for i in judged], self.length(reference)
         group = text_key(prompt, reference)
-        for i, score, length in zip(judged, raw, lengths):
-            if rollouts[i] != reference:
-                self.history.append(LengthRecord(score, length, ref_length, group))
         calibrator = self.calibrator  # read once: a recalibration meanwhile applies to the next group
         scores = raw if calibrator is None else calibrator.correct_group(
             raw, lengths, ref_length, [text_key(group, rollouts[i]) for i in judged],
             [rollouts[i] == reference for i in judged])
+        for i, score, paid, length in zip(judged, raw, scores, lengths):
+            if rollouts[i] != reference:
+                self.history.append(LengthRecord(score, length, ref_length, group))
+                if calibrator is self.calibrator:
+                    self.since_fit.append(LengthRecord(paid, length, ref_length, group))
         corrected = dict(zip(judged, scores))
         return [self._result(o, corrected.get(i, 0.0)) for i, o in enumerate(outcomes)]
 
@@ -85,20 +89,31 @@ class GenRMScorer:
             return GroupScore([ScoreResult.failed(Status.JUDGE_ERROR, detail) for _ in rollouts],
                               None, tournament)
         reference = candidates[tournament.winner]
+        for (a, b), game in tournament.comparisons.items():  # the length preference between peers
+            self.games.append(LengthRecord(game.score, self.length(candidates[a]), self.length(candidates[b])))
         return GroupScore(self.score_against(prompt, rollouts, reference, comparer),
                           reference, tournament)
 
     def recalibrate(self) -> LengthCoefficients:
-        """Fit a length correction on the recent raw verdicts; verdicts from now on are corrected by it.
+        """Fit a length correction; verdicts from now on are corrected by it.
 
-        The fit runs on a fresh calibrator that then replaces the old one in one assignment, so a
-        group scored meanwhile on another thread sees the old correction or the new, never a mix.
+        The first fit (and one after `max_stages` stages) is on the recent raw verdicts; a later one adds a
+        stage fitted on the verdicts as the current correction scored them since it was fitted, so what a
+        correction left (or over-did) is removed on traffic it did not see (`LengthCalibrator.extended`).
+        The fit runs on a new calibrator that then replaces the old one in one assignment, so a group
+        scored meanwhile on another thread sees the old correction or the new, never a mix.
         Raises ValueError when recent verdicts cannot support a fit (too few, or all equal).
         """
-        fitted = LengthCalibrator(self.calibration)
-        coefficients = fitted.fit(tuple(self.history))
+        current = self.calibrator
+        limit = (self.calibration or CalibrationConfig()).max_stages
+        if current is not None and current.fitted and len(current.stages) < limit:
+            fitted = current.extended(tuple(self.since_fit))
+        else:
+            fitted = LengthCalibrator(self.calibration)
+            fitted.fit(tuple(self.history) + tuple(self.games))
         self.calibrator = fitted
-        return coefficients
+        self.since_fit.clear()
+        return fitted.coefficients()
 
     def _result(self, outcome: Comparison | JudgeError, score: float) -> ScoreResult:
         if isinstance(outcome, JudgeError):

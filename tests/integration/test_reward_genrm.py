@@ -92,7 +92,9 @@ def test_longer_answers_win_and_recalibration_removes_the_length_preference(boot
     wait_for(lambda: metric(boot, "genrm/length_coef_after"), 60, "the recalibration metrics")
     before, after = metric(boot, "genrm/length_coef_before")[-1], metric(boot, "genrm/length_coef_after")[-1]
     assert before > 1.0 and abs(after) < 0.25 * before, (before, after)
-    assert metric(boot, "genrm/calibration_records")[-1] == 8 * 3  # every rollout but each reference
+    # every rollout but each reference, and the Swiss games the length preference is fitted on (2 rounds of 2)
+    assert metric(boot, "genrm/calibration_records")[-1] == 8 * 3 + 8 * 4
+    assert metric(boot, "genrm/calibration_stages")[-1] == 1
 
     later = send_groups(producer, "later", count=2, size=4, seed=1)
     wait_for(lambda: set(later) <= set(scored_by_group(boot)), 60, "groups after recalibration")
