@@ -1,7 +1,7 @@
 """Typed settings of the GenRM reward; every default works on a small CPU machine."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,10 @@ class OpenAIJudgeConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0.0)
     retries: int = Field(3, ge=0, description="extra attempts after a transport failure")
     backoff_s: float = Field(0.5, ge=0.0, description="first wait between attempts; doubles each time")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="more request fields, as the server names them, e.g. vLLM's structured outputs that hold a "
+                    "judge model to the verdict marks: {structured_outputs: {choice: ['[[A]]', '[[B]]', '[[TIE]]']}}")
 
 
 class NativeJudgeConfig(BaseModel):

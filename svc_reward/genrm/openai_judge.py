@@ -30,7 +30,7 @@ class OpenAIJudge(ChatJudge):
     def complete(self, messages: list[dict[str, str]]) -> str:
         cfg = self.config
         body = json.dumps({
-            "model": cfg.model, "messages": messages,
+            **cfg.extra_body, "model": cfg.model, "messages": messages,
             "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
         }).encode()
         last: Exception | None = None
