@@ -120,16 +120,21 @@ def test_one_record_per_step_reads_every_partition_at_the_same_pace(bootstrap, c
     handler = Slow((topic,))
     worker = StreamWorker(bootstrap, f"test-fair-{client}", handler, "test", max_records=1, client=client)
     try:
-        deadline = time.monotonic() + 60
-        while len(handler.partitions) < 40 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while len(handler.partitions) < 120 and time.monotonic() < deadline:
             worker.step()
-        first = handler.partitions[:40]
-        runs, current = [], 1
-        for a, b in zip(first, first[1:]):
+        seen = handler.partitions
+        # Judged while every partition still has records: a partition whose first fetch comes late (under
+        # CPU stress kafka-python fetched partition 2 only after 40 records of the others) cannot be served
+        # before it arrives, but none may be drained while others wait.
+        until = next((i for i in range(len(seen)) if seen[: i + 1].count(seen[i]) == 30), len(seen))
+        prefix = seen[:until]
+        runs, current = [1], 1
+        for a, b in zip(prefix, prefix[1:]):
             current = current + 1 if a == b else 1
             runs.append(current)
-        # before: one partition drained before the next was touched, e.g. [0] * 30 + [2] * 10
-        assert set(first) == {0, 1, 2, 3} and max(runs) <= 5, first
+        # before: one partition drained before the next was touched, e.g. [0] * 30 + [2] * 30 + ...
+        assert len(seen) == 120 and set(seen) == {0, 1, 2, 3} and max(runs) <= 5, seen
     finally:
         worker.close()
 
