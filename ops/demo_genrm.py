@@ -38,9 +38,11 @@ GENRM_COLD_START_STEPS = 1800
 # windows read a rank correlation of -0.16; 0.01 a character only brings it to -0.04 (never seen as
 # biased), 0.05 to +0.43 (every window biased), which recalibration takes to -0.02 (simulated with
 # svc_reward's scorer and the monitor's rule, 12 windows of 16 groups each way).
-# history: the raw verdicts the recalibration is fitted on, about the monitor's two evidence windows of 16
-# groups (7 answers against the reference each): a longer one, mostly verdicts from before the bias when
-# it is detected, fits only part of it (the broker test measured b1 2.2 -> 1.1 with 1024, and the rule asked again).
+# history: the raw verdicts (and, as many, Swiss games between peers, which b1 is fitted on) the first
+# recalibration is fitted on, about the monitor's two evidence windows of 16 groups (7 answers against the
+# reference each): a longer one, mostly verdicts from before the bias when it is detected, fits only part of
+# it (the broker test measured b1 2.2 -> 1.1 with 1024, and the rule asked again). A later recalibration
+# adds a stage fitted on the verdicts as the correction scored them since the one before.
 GENRM_JUDGE = {"judge": "general", "margin": 0.05, "length_bonus": 0.05, "bonus_after": 4000, "history": 256}
 # The curriculum: the report's order, verifiable sources first (3 windows of 48 groups), then the
 # general family ramped in to weight 0.3 (a share of 0.3 / 1.3) over 3 windows.

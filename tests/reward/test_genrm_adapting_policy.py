@@ -44,11 +44,11 @@ class Episode:
 
 
 def episode(seed: int, recalibrate: bool = True, fair_windows: int = FAIR_WINDOWS, windows: int = WINDOWS,
-            max_stages: int = CalibrationConfig().max_stages) -> Episode:
+            **calibration) -> Episode:
     """`windows` windows of 16 groups of 8 answers; the judge pays for length from `fair_windows` on."""
     rng, policy = random.Random(seed), LengthPolicy(seed)
     judge = InstructionJudge(quality, 0.0, margin=0.05)
-    scorer = GenRMScorer(judge, GenRMConfig(history=256), CalibrationConfig(max_stages=max_stages))
+    scorer = GenRMScorer(judge, GenRMConfig(history=256), CalibrationConfig(**calibration))
     rule, out = LengthBiasRule(LengthBiasConfig(enabled=recalibrate)), Episode()
     for window in range(windows):
         judge.length_bonus = BONUS if window >= fair_windows else 0.0
