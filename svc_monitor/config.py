@@ -30,6 +30,11 @@ class LengthBiasConfig(BaseModel):
     consecutive: int = Field(2, ge=1, description="biased windows in a row before recalibrating")
     cooldown_windows: int = Field(1, ge=0, description="windows ignored after a recalibration "
                                                        "(groups scored before it still arrive)")
+    audit_groups: int = Field(
+        96, ge=0, description="after a recalibration passes its verify window: groups with an ordering whose "
+                              "rank correlation is pooled to test the residual; recalibrate again when its 95% "
+                              "interval lies above zero (a residual under corr_threshold a policy can still climb); "
+                              "0: no audit")
     enabled: bool = Field(True, description="publish recalibrate commands (signals are computed anyway)")
 
 

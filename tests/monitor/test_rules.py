@@ -52,7 +52,38 @@ def test_recalibrates_after_k_biased_windows_then_cools_down_and_verifies():
     evidence = outs[4].commands[0].evidence
     assert evidence.rule == "genrm_length_bias" and evidence.windows == 2 and evidence.version_to == 4
     assert evidence.signals["genrm/length_corr"] > evidence.thresholds["genrm/length_corr"] == 0.3
-    assert rule.state.phase == "watch" and not any(o.alerts for o in outs)  # verified: bias gone
+    assert rule.state.phase == "audit" and not any(o.alerts for o in outs)  # verified: bias gone; now audited
+
+
+def residual_window(rng: random.Random, residual: float, version: int, groups: int = 16, size: int = 8) -> list:
+    """A window whose groups' rank correlation of score and length averages about `residual`: each group is
+    ordered by length with chance `residual` (correlation 1), else scored at random."""
+    rows = []
+    for g in range(groups):
+        lengths = [rng.randint(5, 200) for _ in range(size)]
+        ordered = rng.random() < residual
+        for length in lengths:
+            score = length / 100 - 1 if ordered else rng.choice([-1.0, 0.0, 1.0])
+            rows.append(GenRMSampleRow(group_id=f"v{version}g{g}", policy_version=version, score=score,
+                                       length=length, correct=None, ts_ms=0))
+    return rows
+
+
+@pytest.mark.parametrize("residual,again", [(0.0, False), (0.15, True)])
+def test_a_recalibration_is_audited_on_pooled_groups_and_a_residual_asks_again(residual, again):
+    """A residual correlation of +0.15 does not make a window biased (0.3 with b1 0.5), but a hundred pooled
+    groups tell it from zero; a corrected judge's windows pass the audit and the rule watches again."""
+    rule, rng = LengthBiasRule(LengthBiasConfig(audit_groups=96)), random.Random(6)
+    run_windows(rule, "bb" + "f", rng)  # recalibrate, cool down
+    outs = [rule.evaluate(residual_window(rng, residual, 3 + i)) for i in range(8)]  # verify, then audit
+    assert not any(o.alerts for o in outs), [(a.message, a.evidence.signals) for o in outs for a in o.alerts]
+    commands = [c for o in outs for c in o.commands]
+    assert [c.command for c in commands] == (["recalibrate"] if again else [])
+    if again:
+        assert "residual length bias" in commands[0].reason and commands[0].evidence.signals["genrm/residual_corr"] > 0
+        assert rule.state.phase in ("cooldown", "verify") and rule.state.recalibrations == 2
+    else:
+        assert rule.state.phase == "watch" and rule.state.recalibrations == 1
 
 
 def test_bias_that_survives_recalibration_raises_an_alert_instead_of_recalibrating_again():
