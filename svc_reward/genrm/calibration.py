@@ -39,7 +39,7 @@ import hashlib
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -202,7 +202,7 @@ class LengthCalibrator:
         out._add_stage(records, lambda b1: abs(b1) > self.config.min_coefficient)
         return out
 
-    def _add_stage(self, records: Iterable[LengthRecord], needed) -> LengthCoefficients:
+    def _add_stage(self, records: Iterable[LengthRecord], needed: Callable[[float], bool]) -> LengthCoefficients:
         records = list(records)
         if len(records) < self.config.min_records:
             raise ValueError(f"need at least {self.config.min_records} verdicts, got {len(records)}")
