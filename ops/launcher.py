@@ -99,19 +99,51 @@ class ServiceProcess:
         return self.wait_stopped(timeout)
 
     def wait_stopped(self, timeout: float) -> int | None:
-        """Wait for the exit a SIGTERM asked for; SIGKILL (its process group) if it does not come in time."""
+        """Wait for the exit a SIGTERM asked for; SIGKILL (its process group) if it does not come in time.
+
+        The leader's exit is not the group's: torchrun exits on SIGTERM while a rank may still be in its
+        own shutdown (one was found alive 32 minutes after its test, its broker gone), so the rest of the
+        group gets the same time and then SIGKILL."""
         if self.proc is None:
             return None
+        deadline = time.monotonic() + max(timeout, 0.0)
         try:
-            return self.proc.wait(max(timeout, 0.0))
+            code = self.proc.wait(max(timeout, 0.0))
         except subprocess.TimeoutExpired:
             self.kill(signal.SIGKILL)
-            return self.proc.wait(10)
+            code = self.proc.wait(10)
+        while group_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if group_members(self.proc.pid):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the last one exited since
+                pass
+            gone = time.monotonic() + 10
+            while group_members(self.proc.pid) and time.monotonic() < gone:  # the kernel's, a moment
+                time.sleep(0.05)
+        return code
 
     def tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited while we looked
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def stop_together(procs: list[ServiceProcess], timeout: float = 30.0) -> None:
