@@ -109,15 +109,17 @@ def test_the_general_family_turns_biased_is_recalibrated_and_its_bias_is_gone(st
     onset = windows.index(1.0)  # the first window the rule found biased
     assert onset >= 1 and all(c < 0.3 for c in corr[:onset]), corr  # the judge was fair at first
 
-    (command,) = [r["value"] for r in records(boot, "control") if "recalibrate" in r["value"]]  # once
+    # the detection; a later command is the audit's (svc_monitor asks again for a residual it can tell from 0)
+    command, *again = [r["value"] for r in records(boot, "control") if "recalibrate" in r["value"]]
+    assert len(again) <= 2, again
     evidence = command["evidence"]
     assert evidence["rule"] == "genrm_length_bias" and evidence["windows"] == CONSECUTIVE, evidence
     # detected within the configured windows of the bias first showing
     assert int(evidence.get("version_to", 0)) <= steps[onset + CONSECUTIVE - 1], (evidence, steps, windows)
     assert evidence["signals"]["genrm/length_corr"] > evidence["thresholds"]["genrm/length_corr"]
 
-    (before,) = [v for _, v in monitor_metric(boot, "genrm/length_coef_before")]
-    (after,) = [v for _, v in monitor_metric(boot, "genrm/length_coef_after")]
+    before = min(monitor_metric(boot, "genrm/length_coef_before"))[1]  # the first fit's (svc_reward's step 1)
+    after = min(monitor_metric(boot, "genrm/length_coef_after"))[1]
     assert before > CalibrationConfig().min_coefficient and abs(after) < 0.5 * before, (before, after)
 
     later = scored_after(boot)
