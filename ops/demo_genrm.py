@@ -22,7 +22,7 @@ import numpy as np
 from m1flow.chat import after_reasoning
 from m1flow.data.dataset import DatasetConfig
 from m1flow.data.generators import generate
-from m1flow.stats import spearman
+from m1flow.stats import bootstrap_interval, spearman
 from m1flow.tasks.general import quality
 
 # The general family: weight 0 until the curriculum ramps it in (svc_source draws none at weight 0).
@@ -85,10 +85,8 @@ def bootstrap(values: list[float], draws: int = 2000, seed: int = 0) -> Interval
     """Mean with a 95% percentile bootstrap interval over the values (groups: the rule's unit)."""
     if not values:
         return None
-    rng = np.random.default_rng(seed)
-    arr = np.array(values, dtype=float)
-    means = arr[rng.integers(0, len(arr), size=(draws, len(arr)))].mean(axis=1)
-    return Interval(float(arr.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)), len(arr))
+    low, high = bootstrap_interval(values, resamples=draws, seed=seed)
+    return Interval(float(np.mean(values)), low, high, len(values))
 
 
 @dataclass(frozen=True)

@@ -322,11 +322,7 @@ class LengthCalibrator:
     def _within(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
         """b1 of the within-group pairs and their mean log-likelihood under it."""
         dx, won = within_group_pairs(groups)
-        if not len(dx):
-            return 0.0, 0.0
-        b0, b1 = fit_logistic(dx, won, self.config.l2, self.config.max_iter)
-        q = np.clip(1.0 / (1.0 + np.exp(-(b0 + b1 * dx))), 1e-12, 1 - 1e-12)
-        return b1, float(np.mean(won * np.log(q) + (1 - won) * np.log(1 - q)))
+        return self._pooled(dx, won) if len(dx) else (0.0, 0.0)  # the pairs are independent given b1
 
     def coefficients(self) -> LengthCoefficients:
         return LengthCoefficients(
