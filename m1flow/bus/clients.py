@@ -86,6 +86,10 @@ class Consumer(Protocol):
     def commit(self, offsets: dict[TP, int]) -> None:
         """Commit synchronously; ClientError when the broker refuses or cannot be reached."""
 
+    def rejoin(self, why: str) -> None:
+        """Replace the client with a new one subscribed as this one was (same group, same instance id):
+        what it owned is revoked through the callback, and is re-read from the group's commits."""
+
     def close(self) -> None: ...
 
 
@@ -100,10 +104,16 @@ def consumer(client: Client, settings: Settings) -> Consumer:
 # ---------------------------------------------------------------------------------- kafka-python
 class KafkaPythonConsumer:
     def __init__(self, s: Settings) -> None:
+        self._settings = s
+        self._c = self._new(s)
+        self._subscription: tuple[list[str], OnChange, OnChange] | None = None
+
+    @staticmethod
+    def _new(s: Settings):  # noqa: ANN205 - a kafka.KafkaConsumer, imported lazily
         from kafka import KafkaConsumer
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 
-        self._c = KafkaConsumer(
+        return KafkaConsumer(
             **kafka_python(s.security),
             bootstrap_servers=s.bootstrap, group_id=s.group_id, client_id=s.client_id,
             group_instance_id=s.group_instance_id, partition_assignment_strategy=(CooperativeStickyAssignor,),
@@ -126,6 +136,7 @@ class KafkaPythonConsumer:
             def on_partitions_assigned(self, assigned):  # noqa: ANN001
                 on_assigned({(tp.topic, tp.partition) for tp in assigned})
 
+        self._subscription = (topics, on_assigned, on_revoked)
         self._c.subscribe(topics, listener=Listener())
 
     def assign(self, offsets: dict[TP, int | None]) -> None:
@@ -234,6 +245,20 @@ class KafkaPythonConsumer:
         except KafkaError as exc:
             raise ClientError(str(exc)) from exc
 
+    def rejoin(self, why: str) -> None:
+        log.warning("kafka consumer %s: starting a new one", why)
+        owned = self.assignment()
+        try:
+            self._c.close(autocommit=False)
+        except Exception as exc:  # noqa: BLE001 - a wedged client may refuse even to close
+            log.debug("closing the wedged consumer: %s", exc)
+        self._c = self._new(self._settings)
+        if self._subscription is not None:
+            topics, on_assigned, on_revoked = self._subscription
+            if owned:
+                on_revoked(owned)
+            self.subscribe(topics, on_assigned, on_revoked)
+
     def close(self) -> None:
         self._c.close(autocommit=False)
 
@@ -285,15 +310,14 @@ class ConfluentConsumer:
         self._on_revoked = on_revoked
         self._c.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
 
-    def _recreate(self, why: str) -> None:
-        """A fatal error leaves a librdkafka consumer unusable for good. Seen: after a broker restart
-        a static member whose JoinGroup answer was lost is "fenced by other consumer with same
-        group.instance.id" (itself, under the member id the broker gave it). Everything it owned is
-        revoked (re-read from the group's commits) and a new consumer joins under the same instance id.
+    def rejoin(self, why: str) -> None:
+        """Also what a fatal error calls for: it leaves a librdkafka consumer unusable for good. Seen:
+        after a broker restart a static member whose JoinGroup answer was lost is "fenced by other
+        consumer with same group.instance.id" (itself, under the member id the broker gave it).
         """
         from confluent_kafka import Consumer as RdConsumer
 
-        log.warning("kafka consumer hit a fatal error (%s): starting a new one", why)
+        log.warning("kafka consumer %s: starting a new one", why)
         owned, self._owned = set(self._owned), set()
         try:
             self._c.close()
@@ -327,14 +351,14 @@ class ConfluentConsumer:
                 raise NotAuthorized(f"not authorized by the broker's ACLs: {exc.args[0]}") from exc
             if not _fatal(exc.args[0]):
                 raise ClientError(str(exc)) from exc
-            self._recreate(str(exc.args[0]))
+            self.rejoin(f"hit a fatal error ({exc.args[0]})")
             return out
         for msg in messages:
             if msg.error() is not None:
                 if _refused(msg.error()):
                     raise NotAuthorized(f"not authorized by the broker's ACLs: {msg.error()}")
                 if _fatal(msg.error()):
-                    self._recreate(str(msg.error()))
+                    self.rejoin(f"hit a fatal error ({msg.error()})")
                     return {}
                 continue  # transport and partition-EOF events: librdkafka retries by itself
             tp = (msg.topic(), msg.partition())

@@ -14,6 +14,11 @@ service's health with the reason:
 * stuck: the loop has not completed a step for `stall_after_s` (a handler that never returns);
 * broker unreachable for `broker_down_after_s`.
 
+A member that owned partitions and has waited `join_after_s` for them again, with the broker
+answering, is not left to a supervisor: `rejoin_due` tells the loop to start a new consumer (the
+client's state is what is wedged; seen once in a make test, the rollout's librdkafka consumer
+still without an assignment 260 s after a broker restart). A supervisor's restart stays the backstop.
+
 The watchdog uses its own Kafka clients (the consumer is not thread-safe) and never touches the
 consumer's state; the loop only writes a few numbers under a lock.
 """
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.structs import TopicPartition
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, Field
 
 from m1flow.security.config import kafka_python as kafka_security
@@ -35,6 +40,8 @@ from m1flow.security.config import kafka_python as kafka_security
 log = logging.getLogger(__name__)
 HEALTHY = Gauge("m1flow_consumer_healthy", "1 while the consumer makes progress or has nothing to do", ["group"])
 LAG = Gauge("m1flow_consumer_lag", "records behind on the partitions this member owns", ["group"])
+REJOINS = Counter("m1flow_consumer_rejoins_total", "new consumers started after waiting too long for an assignment",
+                  ["group"])
 IDLE = Gauge("m1flow_consumer_seconds_since_progress", "seconds since the last handled record", ["group"])
 
 
@@ -69,6 +76,8 @@ class Liveness:
         self._throttled = False
         self._read: dict[tuple[str, int], int] = {}  # next offset to read, per partition, as the loop saw it
         self._broker_ok_at = now
+        self._was_owner = assigned_mode  # a rejoin is only for a member that lost what it owned
+        self.rejoins, self._rejoined_at = 0, 0.0
         self.health = Health(False, "joining the consumer group")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,6 +99,7 @@ class Liveness:
     def assigned(self, partitions: set[tuple[str, int]]) -> None:
         with self._lock:
             self._owned, self._waiting_since = set(partitions), None
+            self._was_owner = True
             self._progress_at = time.monotonic()  # a new owner gets a full stall window
 
     def owns(self, partitions: set[tuple[str, int]]) -> None:
@@ -99,6 +109,7 @@ class Liveness:
             with self._lock:
                 if self._owned != partitions:
                     self._owned, self._waiting_since = set(partitions), None
+                self._was_owner = True
 
     def revoked(self, partitions: set[tuple[str, int]] | None = None) -> None:
         """Cooperative rebalancing revokes only what moves: a replica keeping partitions is still an
@@ -110,6 +121,23 @@ class Liveness:
                 self._owned = kept
             else:
                 self._owned, self._waiting_since = None, time.monotonic()
+
+    def rejoin_due(self, now: float | None = None) -> bool:
+        """True (once per `join_after_s`) when this member lost its partitions, has waited that long
+        for an assignment, and the broker answers: the loop should start a new consumer."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            waiting = self._waiting_since
+            if not self._was_owner or waiting is None:
+                return False
+            if now - max(waiting, self._rejoined_at) <= self.config.join_after_s:
+                return False
+            if now - self._broker_ok_at > 2 * self.config.check_every_s + 10:  # two checks and a query's timeout: away, and a new client would wait too
+                return False
+            self._rejoined_at = now  # the next try after another full window
+            self.rejoins += 1
+        REJOINS.labels(self.group_id).inc()
+        return True
 
     def throttled(self, value: bool) -> None:
         with self._lock:

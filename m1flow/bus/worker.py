@@ -190,6 +190,10 @@ class StreamWorker:
     def step(self) -> int:
         """One cycle: poll, handle (round-robin over partitions), tick, flush, commit.
         Returns the number of records handled."""
+        if self.liveness.rejoin_due():
+            waited = self.liveness.config.join_after_s
+            log.warning("no partition assignment for %.0fs after a revocation: starting a new consumer", waited)
+            self.consumer.rejoin(f"no assignment for {waited:.0f}s")
         self.backlog.fill(self._throttled, self._poll_ms, self._apply_rebalance)
         count = 0
         while count < self._max_records and not self._throttled and (record := self.backlog.next()) is not None:

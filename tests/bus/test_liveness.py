@@ -83,3 +83,21 @@ def test_a_member_of_a_stable_group_that_owns_nothing_is_idle_not_stuck():
     assert "no partition assignment" in live.verdict(0).reason  # not in the group at all
     live._check_membership(Describes("Stable", ["rollout-1", "rollout-3"]))
     assert live.verdict(0).healthy  # in the group, with nothing assigned: an idle replica
+
+
+def test_a_member_that_lost_its_partitions_is_told_to_rejoin_once_per_window():
+    live, now = fresh()
+    live._waiting_since = now - 100  # never assigned: a slow first join is not a wedge
+    assert not live.rejoin_due(now)
+    live.assigned({("rollouts", 0)})
+    live.revoked({("rollouts", 0)})
+    start = live._waiting_since
+    live._broker_ok_at = start + 30
+    assert not live.rejoin_due(start + 29)
+    assert live.rejoin_due(start + 31) and live.rejoins == 1
+    assert not live.rejoin_due(start + 40)  # the new consumer gets a full window of its own
+    assert live.rejoin_due(start + 62) is False  # the broker has not answered for 32 s: a new client would wait too
+    live._broker_ok_at = start + 60
+    assert live.rejoin_due(start + 62) and live.rejoins == 2
+    live.assigned({("rollouts", 0)})
+    assert not live.rejoin_due(start + 200)

@@ -279,3 +279,41 @@ def test_a_dead_letter_says_why_in_one_line_without_the_traceback_or_host_folder
     assert letter["error"] == "processing failed: ValueError('cannot parse rows.json: bad input')", letter["error"]
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert str(tmp_path / "secret" / "rows.json") in logged and "Traceback" in caplog.text  # the detail: the log's
+
+
+def test_a_member_left_without_an_assignment_starts_a_new_consumer_and_reads_on(bootstrap, client):
+    """The wedge: a member that owned partitions and then waits for an assignment that never comes (here
+    its client is taken out of the group by unsubscribing it, as a wedged client is out in effect). After
+    join_after_s the loop starts a new consumer under the same instance id, which reads on."""
+    from m1flow.bus.liveness import LivenessConfig
+
+    topic = fresh_topic(bootstrap, f"control.rejoin-{client}-{time.monotonic_ns()}", partitions=2)
+    producer = Producer(bootstrap, "t-rejoin")
+    send = lambda reason: producer.send(topic, reason, events.Control(header=codec.header("t"), reason=reason))  # noqa: E731
+    send("before")
+    producer.flush()
+    handler = Holder()
+    handler.topics = (topic,)
+    worker = StreamWorker(bootstrap, f"test-rejoin-{client}-{time.monotonic_ns()}", handler, "test", client=client,
+                          liveness=LivenessConfig(check_every_s=0.5, join_after_s=3))
+    try:
+        deadline = time.monotonic() + 90
+        while "before" not in handler.seen and time.monotonic() < deadline:
+            worker.step()
+        owned = worker.consumer.assignment()
+        assert "before" in handler.seen and owned
+        # the client leaves the group and says so (librdkafka calls the revocation back itself,
+        # kafka-python's unsubscribe does not); nothing will ever assign it again
+        worker.consumer._c.unsubscribe()
+        if client == "kafka-python":
+            worker._revoked_event(owned)
+        send("after")
+        producer.flush()
+        deadline = time.monotonic() + 90
+        while "after" not in handler.seen and time.monotonic() < deadline:
+            worker.step()
+        assert "after" in handler.seen, f"never read on; rejoins {worker.liveness.rejoins}"
+        assert worker.liveness.rejoins >= 1 and worker.consumer.assignment() == {(topic.name, 0), (topic.name, 1)}
+    finally:
+        worker.close()
+        producer.close()
