@@ -350,9 +350,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--minutes", type=float, default=8.0, help="minutes of RL (after the cold start and v0's evaluation)")
     d.add_argument("--curriculum", action="store_true",
                    help="the monitor's curriculum (ops/demo.py DEMO_CURRICULUM) instead of the fixed mixture")
-    d.add_argument("--genrm", action="store_true",
-                   help="the GenRM loop (ops/demo_genrm.py): a general family ramped in, judged by a GenRM that "
-                        "turns length-biased mid-run, which the monitor detects and recalibrates")
+    d.add_argument("--genrm", action=argparse.BooleanOptionalAction, default=True,
+                   help="the GenRM loop (ops/demo_genrm.py, on by default): a general family ramped in, judged by a "
+                        "GenRM that turns length-biased mid-run, which the monitor detects and recalibrates; "
+                        "--no-genrm: the verifiable mixture alone")
     _model_flags(d)
     d.set_defaults(func=cmd_demo)
     from ops.cluster import add_parser as add_cluster_parser

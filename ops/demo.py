@@ -97,7 +97,8 @@ class DemoConfig(BaseModel):
     # the GenRM loop (ops/demo_genrm.py): a general family judged by a GenRM that turns length-biased
     # mid-run, ramped in by the curriculum after the verifiable families; the monitor's length-bias rule
     # recalibrates it. Adds the family to `sources` and sets `curriculum` when they are left at their defaults.
-    genrm: bool = False
+    # On by default (the report's signature loop is part of the main job); False: the verifiable mixture alone.
+    genrm: bool = True
 
     @model_validator(mode="after")
     def _genrm_sources(self) -> "DemoConfig":

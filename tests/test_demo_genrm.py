@@ -24,7 +24,9 @@ def test_the_general_family_is_ramped_in_after_the_verifiable_sources():
     assert first.weights["general"] == 0 and "general" not in first.fed_sources()
     assert then.ramp is not None and then.ramp.weights["general"] > 0
     assert {s.set_name for s in eval_sets(cfg)} == {d.source_name for d in DEMO_SOURCES}
-    assert DemoConfig().sources == DEMO_SOURCES and DemoConfig().curriculum == {}  # the default demo as it was
+    assert DemoConfig().sources == cfg.sources  # the main job's default
+    plain = DemoConfig(genrm=False)
+    assert plain.sources == DEMO_SOURCES and plain.curriculum == {}  # --no-genrm: the verifiable mixture as it was
 
 
 def test_the_cold_start_answers_general_prompts_with_a_few_words_and_the_verifiable_ones_as_before():

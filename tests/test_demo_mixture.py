@@ -24,8 +24,9 @@ def families(sources) -> set[str]:  # noqa: ANN001
 
 
 def test_demo_mixes_three_families_under_two_verifiers():
-    cfg = DemoConfig()
+    cfg = DemoConfig(genrm=False)
     assert len(cfg.sources) == 3 and families(cfg.sources) == {"arith", "rg"}
+    assert DemoConfig().sources[:3] == cfg.sources  # the default adds the judged family (test_demo_genrm.py)
     weights = {d.generator: d.weight for d in cfg.sources}
     assert max(weights.values()) - min(weights.values()) < 0.02  # alike: each source's gain is a target
 
@@ -56,7 +57,7 @@ def held_out(cfg: DemoConfig) -> dict[str, list]:
 
 def test_the_window_holds_every_sources_gold_answer():
     """A policy that writes the gold must fit it in the window, end of turn included."""
-    cfg, tok = DemoConfig(), build_tokenizer(WarmStartConfig().tokenizer)
+    cfg, tok = DemoConfig(genrm=False), build_tokenizer(WarmStartConfig().tokenizer)
     for name, records in held_out(cfg.model_copy(update={"eval_prompts": 20})).items():
         longest = max(len(tok.encode(gold_response(r), add_special_tokens=False)) for r in records)
         assert longest + 1 <= cfg.window, (name, longest)
@@ -68,7 +69,7 @@ def test_svc_eval_reads_the_same_held_out_sets_from_the_run_settings(tmp_path):
     from m1flow.heldout import load_set
     from svc_eval.config import EvalConfig
 
-    cfg = DemoConfig(eval_prompts=6)
+    cfg = DemoConfig(genrm=False, eval_prompts=6)
     settings = json.loads(source_file(tmp_path, cfg).read_text())
     sets = EvalConfig.model_validate({"eval_sets": settings["eval_sets"]}).eval_sets
     assert [s.set_name for s in sets] == [d.source_name for d in cfg.sources] == [s.set_name for s in eval_sets(cfg)]
@@ -76,7 +77,7 @@ def test_svc_eval_reads_the_same_held_out_sets_from_the_run_settings(tmp_path):
     for s in sets:
         assert (s.prompts, s.samples, s.max_new_tokens) == (6, cfg.eval_samples, cfg.window)
         assert [p.text for p in load_set(s)] == [r.prompt for r in held[s.set_name]]
-    assert DemoConfig().eval_prompts * DemoConfig().eval_samples >= 200
+    assert DemoConfig(genrm=False).eval_prompts * DemoConfig(genrm=False).eval_samples >= 200
 
 
 def result(pass1: float, judged: list[int], correct: list[int]) -> dict:
@@ -99,7 +100,7 @@ def test_the_held_out_summary_tests_each_gain_and_says_whether_the_target_is_met
 
 
 def test_the_source_file_is_svc_source_settings(tmp_path):
-    cfg = DemoConfig(group_size=4, batch_groups=8)
+    cfg = DemoConfig(genrm=False, group_size=4, batch_groups=8)
     settings = SourceConfig.model_validate(json.loads(source_file(tmp_path, cfg).read_text()))
     assert [d.generator for d in settings.sources] == [d.generator for d in DEMO_SOURCES]
     assert (settings.group_size, settings.batch_groups) == (4, 8)
@@ -110,7 +111,7 @@ def test_held_out_items_are_another_stream_than_the_source_and_the_cold_start():
     the stream alone would not keep a held-out problem out of training; svc_source drops its prompts."""
     from m1flow.data.generators import generate
 
-    cfg = DemoConfig(eval_prompts=10)
+    cfg = DemoConfig(genrm=False, eval_prompts=10)
     held = held_out(cfg)
     assert set(held) == {d.source_name for d in cfg.sources}
     for d in cfg.sources:
