@@ -59,6 +59,7 @@ import json
 import random
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -294,6 +295,19 @@ def default_target(trl_mean: Sequence[Point]) -> float:
 
 
 # ---- side (a): the services over Kafka ------------------------------------------------------
+def where_the_time_goes(policy_records: Sequence[dict], announced: dict[int, int]) -> str:
+    """Per version, the median seconds between announcements against the learner's own step (update and
+    checkpoint) and its wait for a full batch: what a version costs beyond the training itself."""
+    stats = [(r.get("value") or {}).get("stats") or {} for r in policy_records]
+    step = [float(v["step_s"]) for v in stats if "step_s" in v]
+    wait = [float(v["wait_s"]) for v in stats if "wait_s" in v]
+    times = [announced[v] for v in sorted(announced) if v > 0]
+    gaps = [(b - a) / 1000 for a, b in zip(times, times[1:])]
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    return (f"per version (median): {med(gaps):.3f} s between announcements, learner step {med(step):.3f} s "
+            f"(update + checkpoint), learner waiting for its batch {med(wait):.3f} s")
+
+
 @dataclass
 class SideRun:
     """What a side leaves for evaluation: a checkpoint per eval step and its clock there."""
@@ -340,8 +354,9 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
             if seen > version:
                 print(f"  services: v{seen}", flush=True)
             version = seen
-        announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"]
-                     for r in read_range(stack.bootstrap, "policy")}
+        policy_records = list(read_range(stack.bootstrap, "policy"))
+        announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"] for r in policy_records}
+        out.notes.append(where_the_time_goes(policy_records, announced))
         prompts = list(read_range(stack.bootstrap, "prompts"))
         first = min(r["timestamp_ms"] for r in prompts)
         published = sorted((int((r["value"].get("origin") or {}).get("draw", 0)), r["value"].get("text", ""))

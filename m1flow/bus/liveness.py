@@ -193,14 +193,16 @@ class Liveness:
     def _check_membership(self, admin: KafkaAdminClient) -> None:
         """A member waiting for an assignment past join_after_s may simply own nothing (more
         replicas than partitions, or all of its partitions moved in a cooperative round): if the
-        broker lists it in a Stable group, it has joined, with nothing to do."""
+        broker lists it in a Stable group with nothing assigned, it has joined, with nothing to do.
+        Listed with partitions it does not know of, it is wedged (the broker's view and the client's
+        differ: a static member's client that left the group without a LeaveGroup is listed so)."""
         with self._lock:
             waiting = self._waiting_since
         if self.member is None or waiting is None or time.monotonic() - waiting <= self.config.join_after_s:
             return
         group = admin.describe_groups([self.group_id]).get(self.group_id, {})
-        members = {m.get("group_instance_id") for m in group.get("members", [])}
-        if group.get("group_state") == "Stable" and self.member in members:
+        mine = [m for m in group.get("members", []) if m.get("group_instance_id") == self.member]
+        if group.get("group_state") == "Stable" and mine and not broker_assigned(mine[0]):
             with self._lock:
                 if self._waiting_since is not None:
                     self._owned, self._waiting_since = set(), None
@@ -243,6 +245,15 @@ class Liveness:
         if health.healthy and not self.health.healthy:
             self.health = health
             self.on_change(health)
+
+
+def broker_assigned(member: dict) -> set[tuple[str, int]]:
+    """The partitions a describe_groups member entry says the broker gave it (kafka-python decodes the
+    consumer protocol's assignment; anything it could not decode counts as none)."""
+    assignment = member.get("member_assignment")
+    if not isinstance(assignment, dict):
+        return set()
+    return {(part["topic"], p) for part in assignment.get("assigned_partitions") or () for p in part.get("partitions", ())}
 
 
 def _clients(bootstrap: str, group_id: str) -> tuple[KafkaConsumer, KafkaAdminClient]:

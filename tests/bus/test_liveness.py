@@ -67,8 +67,10 @@ def test_an_assignment_the_client_reports_counts_even_without_a_callback():
 class Describes:
     """A stand-in for the admin client's describe_groups answer."""
 
-    def __init__(self, state: str, instances: list[str]) -> None:
-        self.answer = {"g": {"group_state": state, "members": [{"group_instance_id": i} for i in instances]}}
+    def __init__(self, state: str, instances: list[str], partitions: list[int] = ()) -> None:
+        assignment = {"assigned_partitions": [{"topic": "rollouts", "partitions": list(partitions)}], "user_data": ""}
+        self.answer = {"g": {"group_state": state, "members": [{"group_instance_id": i, "member_assignment": assignment}
+                                                                for i in instances]}}
 
     def describe_groups(self, group_ids):  # noqa: ANN001
         return self.answer
@@ -81,6 +83,10 @@ def test_a_member_of_a_stable_group_that_owns_nothing_is_idle_not_stuck():
     assert "no partition assignment" in live.verdict(0).reason  # a rebalance that never ends is stuck
     live._check_membership(Describes("Stable", ["rollout-1", "rollout-2"]))
     assert "no partition assignment" in live.verdict(0).reason  # not in the group at all
+    # listed with partitions its client does not know of: the broker's view and the client's differ (a
+    # static member's client out of the group without a LeaveGroup is listed so): wedged, not idle
+    live._check_membership(Describes("Stable", ["rollout-1", "rollout-3"], partitions=[0, 1]))
+    assert "no partition assignment" in live.verdict(0).reason
     live._check_membership(Describes("Stable", ["rollout-1", "rollout-3"]))
     assert live.verdict(0).healthy  # in the group, with nothing assigned: an idle replica
 
