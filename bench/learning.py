@@ -112,6 +112,7 @@ class Settings:
     eval_every: int = 5
     eval_prompts: int = 64
     eval_samples: int = 8
+    ahead: float = 1.0  # services only: svc_rollout's max_ahead_versions (its default), how far it samples ahead
 
     @property
     def samples_per_step(self) -> int:
@@ -146,7 +147,8 @@ def matched_settings(s: Settings) -> list[str]:
             f"{s.top_p}, top-k off, window {s.window} tokens, fp32 CPU, 1 torch thread",
             "not matched: advantage std (TRL unbiased + 1e-4, m1flow population + 1e-6: a constant factor "
             f"{((s.group - 1) / s.group) ** 0.5:.3f}); services train on samples up to "
-            f"{s.algorithm().max_staleness} versions old (asynchronous), the others on-policy"]
+            f"{s.algorithm().max_staleness} versions old (asynchronous; svc_rollout samples up to {s.ahead:g} learner "
+            "steps ahead), the others on-policy"]
 
 
 # ---- the task stream and the held-out set ----------------------------------------------------
@@ -295,17 +297,33 @@ def default_target(trl_mean: Sequence[Point]) -> float:
 
 
 # ---- side (a): the services over Kafka ------------------------------------------------------
+def cpu_seconds(stack: Any) -> dict[str, float]:
+    """User + system CPU seconds each process of the stack has used so far (the broker's JVM included):
+    on a loaded machine the wall-clock of a version inflates, its CPU seconds much less."""
+    procs = {f"{p.name}": psutil.Process(p.proc.pid) for p in stack.procs if p.proc is not None and p.alive()}
+    broker = stack.broker._process()
+    if broker is not None:
+        procs["broker"] = broker
+    out = {}
+    for name, proc in procs.items():
+        try:
+            t = proc.cpu_times()
+            out[name] = t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return out
+
+
 def where_the_time_goes(policy_records: Sequence[dict], announced: dict[int, int]) -> str:
     """Per version, the median seconds between announcements against the learner's own step (update and
     checkpoint) and its wait for a full batch: what a version costs beyond the training itself."""
     stats = [(r.get("value") or {}).get("stats") or {} for r in policy_records]
-    step = [float(v["step_s"]) for v in stats if "step_s" in v]
-    wait = [float(v["wait_s"]) for v in stats if "wait_s" in v]
+    step, wait, update, save = ([float(v[k]) for v in stats if k in v] for k in ("step_s", "wait_s", "update_s", "save_s"))
     times = [announced[v] for v in sorted(announced) if v > 0]
     gaps = [(b - a) / 1000 for a, b in zip(times, times[1:])]
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     return (f"per version (median): {med(gaps):.3f} s between announcements, learner step {med(step):.3f} s "
-            f"(update + checkpoint), learner waiting for its batch {med(wait):.3f} s")
+            f"(update {med(update):.3f}, checkpoint {med(save):.3f}), learner waiting for its batch {med(wait):.3f} s")
 
 
 @dataclass
@@ -326,7 +344,7 @@ def services_args(s: Settings, seed: int, settings: Path) -> dict[str, list[str]
                     "--seed", str(seed)],
         "rollout": ["--engine", ENGINE, "--group-size", str(s.group), "--max-new-tokens", str(s.window),
                     "--batch-groups", str(s.batch), "--learner-batch-groups", str(s.batch), "--device", "cpu",
-                    "--temperature", "1.0", "--top-p", str(s.top_p)],
+                    "--temperature", "1.0", "--top-p", str(s.top_p), "--max-ahead-versions", str(s.ahead)],
         "source": ["--config", str(settings)]}
 
 
@@ -342,6 +360,7 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
     try:
         stack.start(services=SERVICES)
         deadline.check("services: starting")
+        idle = cpu_seconds(stack)  # the start-up's CPU (imports, models, the JVM's warm-up) is not a version's
         stack.start_service("source")
         version = 0
         while version < s.steps:
@@ -354,9 +373,14 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
             if seen > version:
                 print(f"  services: v{seen}", flush=True)
             version = seen
+        cpu = cpu_seconds(stack)  # before reading the topics back: what the run itself used
         policy_records = list(read_range(stack.bootstrap, "policy"))
         announced = {int((r.get("value") or {}).get("version", 0)): r["timestamp_ms"] for r in policy_records}
         out.notes.append(where_the_time_goes(policy_records, announced))
+        out.notes.append("CPU seconds per version, per process (user + system, from the source's start; the "
+                         "source's own start-up included): "
+                         + ", ".join(f"{name} {(sec - idle.get(name, 0.0)) / max(1, s.steps):.3f}"
+                                     for name, sec in cpu.items()))
         prompts = list(read_range(stack.bootstrap, "prompts"))
         first = min(r["timestamp_ms"] for r in prompts)
         published = sorted((int((r["value"].get("origin") or {}).get("draw", 0)), r["value"].get("text", ""))
@@ -454,7 +478,7 @@ def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], 
     optimizer = make_optimizer(model.parameters(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     out = SideRun(checkpoints={0: policy}, seconds={0: 0.0})
     root, keep = run / "checkpoints", set(s.eval_steps())
-    started, excluded = time.perf_counter(), 0.0
+    started, excluded, cpu_started, cpu_excluded = time.perf_counter(), 0.0, time.process_time(), 0.0
     for step in range(s.steps):
         deadline.check(f"in process: step {step + 1} of {s.steps}")
         part = batches[step * s.batch:(step + 1) * s.batch]
@@ -465,11 +489,18 @@ def run_inproc(policy: Path, s: Settings, seed: int, batches: list[TaskRecord], 
         variant.stepped(step, stats)
         engine.load_weights(step + 1, variant.weights(step + 1, model.state_dict()))
         if step + 1 in keep:  # for evaluation, off the clock (as TRL's side writes its own)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             out.seconds[step + 1] = t - started - excluded
             out.checkpoints[step + 1] = checkpoint.save_policy(root / f"v{step + 1:06d}", model, tok, top_p=s.top_p)
             excluded += time.perf_counter() - t
+            cpu_excluded += time.process_time() - c
+    out.notes.append(cpu_note(time.process_time() - cpu_started - cpu_excluded, s.steps))
     return out
+
+
+def cpu_note(seconds: float, batches: int) -> str:
+    """A side's CPU per batch: on a loaded machine its wall-clock inflates, its CPU seconds much less."""
+    return f"CPU seconds per batch (this process, user + system): {seconds / max(1, batches):.3f}"
 
 
 # ---- side (c): TRL's GRPOTrainer -------------------------------------------------------------
@@ -539,6 +570,10 @@ def eval_checkpoints(s: Settings, root: Path, out: SideRun, deadline: Deadline) 
     class EvalCheckpoints(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.started, self.excluded, self.rewards = time.perf_counter(), 0.0, []
+            self.cpu_started, self.cpu_excluded = time.process_time(), 0.0
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            out.notes.append(cpu_note(time.process_time() - self.cpu_started - self.cpu_excluded, s.steps))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
             if logs and "reward" in logs:
@@ -551,11 +586,12 @@ def eval_checkpoints(s: Settings, root: Path, out: SideRun, deadline: Deadline) 
                 return
             step = state.global_step // s.minibatches
             if step in s.eval_steps():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 out.seconds[step] = t - self.started - self.excluded
                 out.checkpoints[step] = checkpoint.save_policy(root / f"v{step:06d}", model, processing_class,
                                                                top_p=s.top_p)
                 self.excluded += time.perf_counter() - t
+                self.cpu_excluded += time.process_time() - c
 
     return EvalCheckpoints()
 
@@ -701,6 +737,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-steps", type=int, default=600, help="the cold start's SFT steps")
     ap.add_argument("--form-noise", type=float, default=0.75, help="the cold start's share of malformed answers")
     ap.add_argument("--label-noise", type=float, default=0.1, help="the cold start's share of near-miss values")
+    ap.add_argument("--ahead", type=float, default=1.0,
+                    help="services: how many learner steps svc_rollout samples ahead (its max_ahead_versions)")
     ap.add_argument("--deadline-s", type=float, default=None)
     ap.add_argument("--from-logs", type=Path, nargs="+", default=None,
                     help="train nothing: report the per-seed curves these earlier runs printed, together")
@@ -716,7 +754,7 @@ def main() -> None:
         return
     s = Settings(steps=args.steps, group=args.group, batch=args.batch, lr=args.lr, minibatches=args.minibatches,
                  window=args.window, top_p=args.top_p, eval_every=args.eval_every, eval_prompts=args.eval_prompts,
-                 eval_samples=args.eval_samples)
+                 eval_samples=args.eval_samples, ahead=args.ahead)
     if s.samples_per_step % s.minibatches or s.batch % s.minibatches:
         raise SystemExit("--minibatches must divide --batch (whole groups per update on every side)")
     deadline = Deadline(args.deadline_s or default_deadline(s, len(args.seeds), len(args.sides)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,7 +123,9 @@ class Trainer:
             broadcast_batch(batch)
         stats = StepStats()
         stats.note(**replay)  # on `metrics` as learner/routing_{replayed, refused, missing}
+        started = time.monotonic()
         self.update(batch, stats)
+        updated = time.monotonic()
         if not stats.get("updates"):
             raise RuntimeError(f"a batch of {len(batch)} samples gave no update over {self.ranks.world} ranks")
         # records of `scored` this step consumed (trained, skipped, duplicates): the rollout's step size
@@ -144,6 +147,7 @@ class Trainer:
             self.state.skipped_groups.append([s.group_id for s in skipped])
             self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
             self.current, self.sha = self._save()
+            stats.note(update_s=updated - started, save_s=time.monotonic() - updated)  # where a step's time goes
             self.applied.update(s.group_id for s in selected)
             self.last_stats = stats.values  # the same dict: the service's timing notes land in it too
         return stats
