@@ -318,7 +318,8 @@ def where_the_time_goes(policy_records: Sequence[dict], announced: dict[int, int
     """Per version, the median seconds between announcements against the learner's own step (update and
     checkpoint) and its wait for a full batch: what a version costs beyond the training itself."""
     stats = [(r.get("value") or {}).get("stats") or {} for r in policy_records]
-    step, wait, update, save = ([float(v[k]) for v in stats if k in v] for k in ("step_s", "wait_s", "update_s", "save_s"))
+    keys = ("step_s", "wait_s", "update_s", "save_s")
+    step, wait, update, save = ([float(v[k]) for v in stats if k in v] for k in keys)
     times = [announced[v] for v in sorted(announced) if v > 0]
     gaps = [(b - a) / 1000 for a, b in zip(times, times[1:])]
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731

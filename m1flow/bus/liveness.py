@@ -132,7 +132,8 @@ class Liveness:
                 return False
             if now - max(waiting, self._rejoined_at) <= self.config.join_after_s:
                 return False
-            if now - self._broker_ok_at > 2 * self.config.check_every_s + 10:  # two checks and a query's timeout: away, and a new client would wait too
+            # the broker silent for two checks and a query's timeout: away, and a new client would wait too
+            if now - self._broker_ok_at > 2 * self.config.check_every_s + 10:
                 return False
             self._rejoined_at = now  # the next try after another full window
             self.rejoins += 1
@@ -253,7 +254,8 @@ def broker_assigned(member: dict) -> set[tuple[str, int]]:
     assignment = member.get("member_assignment")
     if not isinstance(assignment, dict):
         return set()
-    return {(part["topic"], p) for part in assignment.get("assigned_partitions") or () for p in part.get("partitions", ())}
+    parts = assignment.get("assigned_partitions") or ()
+    return {(part["topic"], p) for part in parts for p in part.get("partitions", ())}
 
 
 def _clients(bootstrap: str, group_id: str) -> tuple[KafkaConsumer, KafkaAdminClient]:

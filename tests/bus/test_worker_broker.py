@@ -289,7 +289,10 @@ def test_a_member_left_without_an_assignment_starts_a_new_consumer_and_reads_on(
 
     topic = fresh_topic(bootstrap, f"control.rejoin-{client}-{time.monotonic_ns()}", partitions=2)
     producer = Producer(bootstrap, "t-rejoin")
-    send = lambda reason: producer.send(topic, reason, events.Control(header=codec.header("t"), reason=reason))  # noqa: E731
+
+    def send(reason: str) -> None:
+        producer.send(topic, reason, events.Control(header=codec.header("t"), reason=reason))
+
     send("before")
     producer.flush()
     handler = Holder()
