@@ -301,3 +301,14 @@ def _instance(project: Project, store: TaskStore, mutation: Mutation, original: 
         "license": project.license,
         "mutation": {"operator": mutation.operator, "path": mutation.path, "line": mutation.line,
                      "function": mutation.function}}
+
+
+def license_lines(instances: str | Path) -> list[str]:
+    """The set's LICENSES listing: one `project<TAB>version<TAB>licence` line per project of an instances
+    file, from the instances themselves (the licence each one carries from its PKG-INFO), so the listing
+    cannot name a project the set lacks or miss one it has."""
+    seen: dict[tuple[str, str], str] = {}
+    for line in Path(instances).read_text().splitlines():
+        row = json.loads(line)
+        seen.setdefault((row["repo"], row["version"]), row.get("license") or "unknown")
+    return [f"{repo}\t{version}\t{licence}" for (repo, version), licence in sorted(seen.items())]
