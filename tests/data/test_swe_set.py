@@ -1,0 +1,67 @@
+"""The shipped SWE set's script (scripts/swe_factory.sh) without building it: its cache folder is keyed
+by its inputs, a complete set is returned at once, a failed build never looks complete, and the set's
+LICENSES listing comes from its instances. Seconds: nothing is fetched or made."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from m1flow.data.swe_factory import license_lines
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "swe_factory.sh"
+
+
+def run(script: Path, *args: str, cache: Path, python: str = "python") -> subprocess.CompletedProcess:
+    env = {**os.environ, "M1FLOW_CACHE": str(cache), "PYTHON": python, "JOBS": "1"}
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def set_dir(script: Path, cache: Path, *args: str) -> Path:
+    done = run(script, "--print-dir", *args, cache=cache)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+def test_the_sets_folder_is_keyed_by_the_scripts_inputs(tmp_path):
+    first = set_dir(SCRIPT, tmp_path)
+    assert first.parent == tmp_path and first.name.startswith("swe-set-")
+    assert set_dir(SCRIPT, tmp_path) == first  # the same inputs, the same set
+    assert set_dir(SCRIPT, tmp_path, "1") != first  # another seed
+    copy = tmp_path / "repo" / "scripts" / "swe_factory.sh"
+    copy.parent.mkdir(parents=True)
+    text = SCRIPT.read_text()
+    assert '"toolz==1.0.0 60"' in text
+    for changed in ('"toolz==1.0.0 61"', '"toolz==0.12.1 60"'):  # mutations tried, a version
+        copy.write_text(text.replace('"toolz==1.0.0 60"', changed))
+        assert set_dir(copy, tmp_path) not in (first, set_dir(SCRIPT, tmp_path, "1"))
+    assert not any(tmp_path.glob("swe-set-*"))  # --print-dir makes nothing
+
+
+def test_a_complete_set_is_returned_at_once(tmp_path):
+    folder = set_dir(SCRIPT, tmp_path)
+    folder.mkdir()
+    (folder / "COMPLETE").write_text("2026-12-06T00:00:00Z\n")
+    done = run(SCRIPT, cache=tmp_path, python="false")  # any build step would fail
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(folder)
+
+
+def test_a_failed_build_leaves_no_set_that_looks_complete(tmp_path):
+    done = run(SCRIPT, cache=tmp_path, python=shutil.which("false") or "false")  # the first download fails
+    assert done.returncode != 0
+    folder = set_dir(SCRIPT, tmp_path)
+    assert folder.is_dir() and not (folder / "COMPLETE").exists()
+    assert not (folder / "instances.jsonl").exists() and not list((folder / "parts").glob("*.jsonl"))
+
+
+def test_the_licenses_listing_names_each_project_of_the_instances_once(tmp_path):
+    rows = [{"repo": "toolz", "version": "1.0.0", "license": "New BSD"},
+            {"repo": "inflection", "version": "0.5.1", "license": "MIT"},
+            {"repo": "toolz", "version": "1.0.0", "license": "New BSD"},
+            {"repo": "odd", "version": "1"}]
+    path = tmp_path / "instances.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert license_lines(path) == ["inflection\t0.5.1\tMIT", "odd\t1\tunknown", "toolz\t1.0.0\tNew BSD"]
