@@ -242,8 +242,12 @@ def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, wor
     passing = {t for t, o in baseline["tests"].items() if o["outcome"] in PASSING}
     if not passing:
         raise FactoryError(f"{project.slug}: no test passes as released (does the suite run here?)")
+    tried = candidates(project, {(f, n) for f, n in baseline["called"]}, cfg)
+    if not tried:
+        raise FactoryError(f"{project.slug}: its passing tests call none of its own functions: nothing to mutate "
+                           "(a src/ layout's tests import an installed copy, not this tree)")
     stats, instances = Stats(), []
-    for mutation in candidates(project, {(f, n) for f, n in baseline["called"]}, cfg):
+    for mutation in tried:
         stats.tried += 1
         path = project.root / mutation.path
         clean = path.read_text()
