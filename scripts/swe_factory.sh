@@ -19,7 +19,7 @@
 # absolute path: the set is used where it was built), envs/, LICENSES (project, version, licence, from the
 # instances), stats.txt (per project: kept per mutation tried and per CPU-minute, why the rest dropped),
 # validate.txt, and COMPLETE, written last: a set without it is unfinished (a rerun goes on from the
-# projects already made) and is never used. With COMPLETE there, a run prints the folder and returns.
+# projects already made or validated, parts/) and is never used. With COMPLETE there, a run prints the folder and returns.
 # The last line printed is the folder.
 # Measured 2026-12-06: see bench/README.md's SWE section.
 set -euo pipefail
@@ -46,19 +46,21 @@ if [[ -f "$set_dir/COMPLETE" ]]; then
   exit 0
 fi
 
-make_part() {  # SPEC MAX: one project's instances, made and validated, as parts/NAME.jsonl (all or nothing)
+make_part() {  # SPEC MAX: one project's instances made (parts/NAME.made.jsonl), then validated (parts/NAME.jsonl)
   local spec=$1 max=$2 name=${1%%==*} version=${1##*==}
-  local part="$set_dir/parts/$name.jsonl" log="$set_dir/parts/$name.log"
-  [[ -f "$part" ]] && return 0
-  "$python" -m pip download --quiet --no-deps --no-binary :all: "$spec" -d "$set_dir/sdists"
-  if ! { "$python" -m ops data swe-make "$set_dir/sdists/$name-$version.tar.gz" --out "$part.tmp" \
-           --task-store "$set_dir/tasks" --envs "$set_dir/envs" --max-mutations "$max" --seed "$seed" &&
-         "$python" -m ops data validate "$part.tmp" --task-store "$set_dir/tasks" --envs "$set_dir/envs" \
-           >"$set_dir/parts/$name.validate" 2>>"$log.validate"; } >"$log" 2>&1; then
-    cat "$log" "$set_dir/parts/$name.validate" >&2 2>/dev/null || true
-    return 1
+  local made="$set_dir/parts/$name.made.jsonl" log="$set_dir/parts/$name.log"
+  [[ -f "$set_dir/parts/$name.jsonl" ]] && return 0
+  if [[ ! -f "$made" ]]; then  # a made file is whole: written under another name, then renamed
+    "$python" -m pip download --quiet --no-deps --no-binary :all: "$spec" -d "$set_dir/sdists"
+    "$python" -m ops data swe-make "$set_dir/sdists/$name-$version.tar.gz" --out "$made.tmp" --task-store \
+      "$set_dir/tasks" --envs "$set_dir/envs" --max-mutations "$max" --seed "$seed" >"$log" 2>&1 ||
+      { cat "$log" >&2; return 1; }
+    mv "$made.tmp" "$made"
   fi
-  mv "$part.tmp" "$part"
+  "$python" -m ops data validate "$made" --format jsonl --task-store "$set_dir/tasks" --envs "$set_dir/envs" \
+    >"$set_dir/parts/$name.validate" 2>"$log.validate" ||
+    { cat "$set_dir/parts/$name.validate" >&2; tail -5 "$log.validate" >&2; return 1; }
+  mv "$made" "$set_dir/parts/$name.jsonl"
 }
 
 for entry in "${projects[@]}"; do
