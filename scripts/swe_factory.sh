@@ -31,9 +31,10 @@ python=${PYTHON:-python}
 jobs=${JOBS:-2}
 FORMAT=1
 projects=("more-itertools==10.5.0 30" "toolz==1.0.0 60" "inflection==0.5.1 22" "sqlparse==0.5.2 90"
-          "parse==1.20.2 69" "tabulate==0.9.0 90" "jmespath==1.0.1 70")
+          "parse==1.20.2 69" "idna==3.10 120" "six==1.16.0 44" "tabulate==0.9.0 90" "jmespath==1.0.1 70")
 key=$(printf '%s\n' "${projects[@]}" "seed=$seed" "format=$FORMAT" | sha256sum | cut -c1-12)
-set_dir=${M1FLOW_CACHE:-$HOME/.cache/m1flow}/swe-set-$key
+cache=${M1FLOW_CACHE:-$HOME/.cache/m1flow}
+set_dir=$cache/swe-set-$key
 if [[ -n $print_only || -f "$set_dir/COMPLETE" ]]; then
   echo "$set_dir"
   exit 0
@@ -49,7 +50,11 @@ fi
 make_part() {  # SPEC MAX: one project's instances made (parts/NAME.made.jsonl), then validated (parts/NAME.jsonl)
   local spec=$1 max=$2 name=${1%%==*} version=${1##*==}
   local made="$set_dir/parts/$name.made.jsonl" log="$set_dir/parts/$name.log"
+  local inputs="$spec $max seed=$seed format=$FORMAT"
   [[ -f "$set_dir/parts/$name.jsonl" ]] && return 0
+  # made and validated with the same inputs by another set: carried (snapshots, environment, result)
+  "$python" -m m1flow.data.swe_factory.shipped "$cache" "$set_dir" "$name" "$inputs" && return 0
+  echo "$inputs" >"$set_dir/parts/$name.inputs"
   if [[ ! -f "$made" ]]; then  # a made file is whole: written under another name, then renamed
     "$python" -m pip download --quiet --no-deps --no-binary :all: "$spec" -d "$set_dir/sdists"
     "$python" -m ops data swe-make "$set_dir/sdists/$name-$version.tar.gz" --out "$made.tmp" --task-store \

@@ -65,3 +65,29 @@ def test_the_licenses_listing_names_each_project_of_the_instances_once(tmp_path)
     path = tmp_path / "instances.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert license_lines(path) == ["inflection\t0.5.1\tMIT", "odd\t1\tunknown", "toolz\t1.0.0\tNew BSD"]
+
+
+def test_a_part_made_with_the_same_inputs_is_carried_from_another_set(tmp_path):
+    from m1flow.data.swe_factory.shipped import carry_part, find_part
+    from m1flow.task_store import TaskStore
+
+    old, new = tmp_path / "swe-set-aaa", tmp_path / "swe-set-bbb"
+    (old / "parts").mkdir(parents=True)
+    (old / "envs" / "toolz-1.0.0-k" / "bin").mkdir(parents=True)
+    (old / "envs" / "toolz-1.0.0-k" / "bin" / "python").symlink_to("/usr/bin/python3")
+    uri = TaskStore(old / "tasks").put(b"snapshot bytes")
+    row = {"instance_id": "toolz-1.0.0__m0001", "repo": "toolz", "version": "1.0.0", "payload_uri": uri,
+           "environment": "toolz-1.0.0-k"}
+    (old / "parts" / "toolz.jsonl").write_text(json.dumps(row) + "\n")
+    (old / "parts" / "toolz.inputs").write_text("toolz==1.0.0 60 seed=0 format=1\n")
+    (old / "parts" / "toolz.log").write_text("swe-make: 1 instances kept of 1 mutations tried\n")
+    (old / "parts" / "toolz.validate").write_text("validate: 1 rows in 1 file(s): 1 good, 0 bad, 0 schema-checked only\n")
+    assert find_part(tmp_path, new, "toolz", "toolz==1.0.0 61 seed=0 format=1") is None  # other inputs: made anew
+    assert find_part(tmp_path, old, "toolz", "toolz==1.0.0 60 seed=0 format=1") is None  # not from itself
+    assert find_part(tmp_path, new, "toolz", "toolz==1.0.0 60 seed=0 format=1") == old
+    assert carry_part(old, new, "toolz") == 1
+    carried = json.loads((new / "parts" / "toolz.jsonl").read_text())
+    assert carried == {**row, "payload_uri": (new / "tasks" / Path(uri).name).as_uri()}
+    assert TaskStore(new / "tasks").read(carried["payload_uri"]) == b"snapshot bytes"
+    assert os.readlink(new / "envs" / "toolz-1.0.0-k" / "bin" / "python") == "/usr/bin/python3"
+    assert "1 good, 0 bad" in (new / "parts" / "toolz.validate").read_text()
