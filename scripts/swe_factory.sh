@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
 # The SWE factory's full run, the shipped set: fetch real projects' source distributions from PyPI, make
-# SWE-bench instances from them (`m1flow data swe-make`, each project in its own environment, --envs), and
-# validate every instance through the sandbox path a rollout takes (`m1flow data validate`: the gold
-# scores 1, the empty patch 0), each project as soon as it is made. Not a test: it takes tens of CPU-minutes. The projects (pinned), their
-# licences as their PKG-INFO says (also in each instance and in the set's LICENSES) and mutations tried:
-#   more-itertools 10.5.0 (MIT, 30)        toolz 1.0.0 (New BSD, 60)         inflection 0.5.1 (MIT, 22: all)
-#   sqlparse 0.5.2 (BSD License, 90)       parse 1.20.2 (MIT License, 69: all) tabulate 0.9.0 (MIT, 90)
-#   jmespath 1.0.1 (MIT, 70)
-# Each is a flat-layout project whose suite runs under pytest with no requirements beyond pytest (a src/
-# layout would test the installed copy, not the mutated tree; suites that need hypothesis, freezegun or
-# pytest-cov were left out).
+# SWE-bench instances from them (`m1flow data swe-make`, each project in its own environment, --envs),
+# and validate every instance through the sandbox path a rollout takes (`m1flow data validate`: the gold
+# scores 1, the empty patch 0), each project as soon as it is made. Not a test: tens of CPU-minutes.
+# The projects (pinned), their licences as their PKG-INFO says (also in each instance and in the set's
+# LICENSES) and the mutations tried:
+#   more-itertools 10.5.0 (MIT, 30)      toolz 1.0.0 (New BSD, 60)           inflection 0.5.1 (MIT, 22: all)
+#   sqlparse 0.5.2 (BSD License, 90)     parse 1.20.2 (MIT License, 69: all) idna 3.10 (BSD License, 120)
+#   six 1.16.0 (MIT, 44: all)            tabulate 0.9.0 (MIT, 90)            jmespath 1.0.1 (MIT, 70)
+# Each is a flat-layout project whose suite runs under pytest with nothing beyond pytest (a src/ layout
+# tests an installed copy, not the mutated tree: cachetools was refused for it; boltons' conftest does
+# not load under pytest 9; wcwidth needs pytest-cov; sortedcontainers' sdist has no tests).
 #
-# Usage: scripts/swe_factory.sh [--print-dir] [SEED]   (default 0; env: PYTHON, M1FLOW_CACHE, JOBS=2 projects at
-# once; --print-dir: only print the set's folder, built or not)
+# Usage: scripts/swe_factory.sh [--print-dir] [SEED]   (default 0; env: PYTHON, M1FLOW_CACHE, JOBS=2
+# projects at once; --print-dir: only print the set's folder, built or not)
 # The set goes to $M1FLOW_CACHE/swe-set-<key>/ (default ~/.cache/m1flow), the key a hash of the projects,
 # versions, mutations tried, seed and FORMAT (bump it when the factory's output changes), so another set
-# never reads as this one. In it: instances.jsonl, tasks/ (the snapshots, payload_uri names them by
-# absolute path: the set is used where it was built), envs/, LICENSES (project, version, licence, from the
-# instances), stats.txt (per project: kept per mutation tried and per CPU-minute, why the rest dropped),
-# validate.txt, and COMPLETE, written last: a set without it is unfinished (a rerun goes on from the
-# projects already made or validated, parts/) and is never used. With COMPLETE there, a run prints the folder and returns.
-# The last line printed is the folder.
-# Measured 2026-12-06: see bench/README.md's SWE section.
+# never reads as this one. In it: instances.jsonl, tasks/ (the snapshots; payload_uri names them by
+# absolute path: the set is used where it was built), envs/, LICENSES (project, version, licence, from
+# the instances), stats.txt (per project: kept per mutation tried and per CPU-minute, why the rest were
+# dropped), validate.txt, and COMPLETE, written last: a set without it is unfinished (a rerun goes on
+# from the projects already made or validated, parts/) and is never used. With COMPLETE there, a run
+# prints the folder and returns. A project made and validated with the same inputs by another set is
+# carried from it (m1flow/data/swe_factory/shipped.py), not made again. The last line printed is the folder.
+# Measured 2026-12-06: bench/README.md, "SWE grading rate" (per project, and the grading rate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 print_only=""
@@ -94,8 +96,8 @@ total=$(wc -l <"$set_dir/instances.jsonl")
 good=$(grep -o "[0-9]* good, 0 bad, 0 schema" "$set_dir/validate.txt" | awk '{n += $1} END {print n + 0}')
 (( good == total )) || { echo "swe_factory: $good of $total instances validated good" >&2; exit 1; }
 echo "validate: all $total instances good (the gold scores 1, the empty patch 0)" >>"$set_dir/validate.txt"
-"$python" -c 'import sys; from m1flow.data.swe_factory import license_lines; print(*license_lines(sys.argv[1]), sep="\n")' \
-  "$set_dir/instances.jsonl" >"$set_dir/LICENSES"
+"$python" -c 'import sys; from m1flow.data.swe_factory import license_lines
+print(*license_lines(sys.argv[1]), sep="\n")' "$set_dir/instances.jsonl" >"$set_dir/LICENSES"
 cat "$set_dir/stats.txt" "$set_dir/validate.txt" "$set_dir/LICENSES"
 date -u +%FT%TZ >"$set_dir/COMPLETE"
 echo "$set_dir"
