@@ -8,7 +8,7 @@
 #   more-itertools 10.5.0 (MIT, 30)      toolz 1.0.0 (New BSD, 60)           inflection 0.5.1 (MIT, 22: all)
 #   sqlparse 0.5.2 (BSD License, 90)     parse 1.20.2 (MIT License, 69: all) idna 3.10 (BSD License, 120)
 #   six 1.16.0 (MIT, 44: all)            tabulate 0.9.0 (MIT, 90)            jmespath 1.0.1 (MIT, 70)
-#   simplejson 3.19.3 (MIT License, 80)  pycparser 2.22 (BSD-3-Clause, 60)
+#   simplejson 3.19.3 (MIT License, 80)  pycparser 2.22 (BSD-3-Clause, 60)  pyflakes 3.2.0 (MIT, 40)
 # Each is a flat-layout project whose suite runs under pytest with nothing beyond pytest (a src/ layout
 # tests an installed copy, not the mutated tree: cachetools was refused for it; boltons' conftest does
 # not load under pytest 9; wcwidth needs pytest-cov; sortedcontainers' sdist has no tests).
@@ -35,7 +35,7 @@ jobs=${JOBS:-2}
 FORMAT=1
 projects=("more-itertools==10.5.0 30" "toolz==1.0.0 60" "inflection==0.5.1 22" "sqlparse==0.5.2 90"
           "parse==1.20.2 69" "idna==3.10 120" "six==1.16.0 44" "tabulate==0.9.0 90" "jmespath==1.0.1 70"
-          "simplejson==3.19.3 80" "pycparser==2.22 60")
+          "simplejson==3.19.3 80" "pycparser==2.22 60" "pyflakes==3.2.0 40")
 key=$(printf '%s\n' "${projects[@]}" "seed=$seed" "format=$FORMAT" | sha256sum | cut -c1-12)
 cache=${M1FLOW_CACHE:-$HOME/.cache/m1flow}
 set_dir=$cache/swe-set-$key
