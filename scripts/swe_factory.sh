@@ -4,11 +4,14 @@
 # and validate every instance through the sandbox path a rollout takes (`m1flow data validate`: the gold
 # scores 1, the empty patch 0), each project as soon as it is made. Not a test: tens of CPU-minutes.
 # The projects (pinned), their licences as their PKG-INFO says (also in each instance and in the set's
-# LICENSES) and the mutations tried:
-#   more-itertools 10.5.0 (MIT, 30)      toolz 1.0.0 (New BSD, 60)           inflection 0.5.1 (MIT, 22: all)
-#   sqlparse 0.5.2 (BSD License, 90)     parse 1.20.2 (MIT License, 69: all) idna 3.10 (BSD License, 120)
-#   six 1.16.0 (MIT, 44: all)            tabulate 0.9.0 (MIT, 90)            jmespath 1.0.1 (MIT, 70)
-#   simplejson 3.19.3 (MIT License, 80)  pycparser 2.22 (BSD-3-Clause, 60)  pyflakes 3.2.0 (MIT, 40)
+# LICENSES), the mutations tried, and (measured 2026-12-06) the instances kept:
+#   more-itertools 10.5.0 (MIT License, 30: 26)   toolz 1.0.0 (BSD, 60: 52)       inflection 0.5.1 (MIT, 22 = all: 6)
+#   sqlparse 0.5.2 (BSD License, 90: 38)   parse 1.20.2 (MIT License, 69 = all: 36)   idna 3.10 (BSD License, 120: 5)
+#   six 1.16.0 (MIT, 44 = all: 12)   tabulate 0.9.0 (MIT, 90: 38)   jmespath 1.0.1 (MIT, 70: 41)
+#   simplejson 3.19.3 (MIT License, 55 = all: 25)   pycparser 2.22 (BSD-3-Clause, 60: 18)   pyflakes 3.2.0 (MIT, 40: 21)
+# 318 instances of 750 mutations tried (0.42 per mutation), 38.7 CPU-minutes of making (8.2 kept per CPU-minute),
+# all 318 validated good. Most drops are "too many tests failed" (a bug more than 10 tests catch); idna's
+# are "no test failed" (its uts46data tables run at import, no test checks them).
 # Each is a flat-layout project whose suite runs under pytest with nothing beyond pytest (a src/ layout
 # tests an installed copy, not the mutated tree: cachetools was refused for it; boltons' conftest does
 # not load under pytest 9; wcwidth needs pytest-cov; sortedcontainers' sdist has no tests).
