@@ -8,7 +8,12 @@ The instances are made once by the SWE factory (`m1flow data swe-make`'s code) f
 gold patch three ways, in turn, so the machine's load falls on all alike. The scorer is svc_reward's
 `SweKind` on the prompt's VerifierSpec as svc_source writes it (task-store snapshot, the environment
 by key), with the sandbox in-process (no gRPC hop).
+With --set DIR (the shipped set scripts/swe_factory.sh builds, printed as its last line) the instances
+are the set's instead: the first --per-repo of each of its projects, graded from its task store, their
+environments built from the set's specs into the bench's own folder (the set itself is only read), so
+cold is every project's environment built in the span.
 Run: PYTHONPATH=. python bench/swe_rate.py [--mutations 8] [--rounds 3] [--work DIR]
+     PYTHONPATH=. python bench/swe_rate.py --set "$(scripts/swe_factory.sh --print-dir)" [--per-repo 2]
 """
 from __future__ import annotations
 
@@ -47,6 +52,22 @@ def instances(work: Path, mutations: int) -> tuple[Path, list[dict]]:
     return envs, [json.loads(line) for line in out.read_text().splitlines()]
 
 
+def from_set(set_dir: Path, work: Path, per_repo: int) -> tuple[Path, list[dict]]:
+    """The first `per_repo` instances of each project of a built set (written to work/instances.jsonl)
+    and the set's environments' root, which holds their specs."""
+    if not (set_dir / "COMPLETE").exists():
+        raise SystemExit(f"{set_dir}: not a complete set (scripts/swe_factory.sh builds it)")
+    taken: dict[str, int] = {}
+    made = []
+    for line in (set_dir / "instances.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if taken.get(row["repo"], 0) < per_repo:
+            taken[row["repo"]] = taken.get(row["repo"], 0) + 1
+            made.append(row)
+    (work / "instances.jsonl").write_text("".join(json.dumps(i) + "\n" for i in made))
+    return set_dir / "envs", made
+
+
 def specs(path: Path) -> list[tuple[str, events.VerifierSpec]]:
     """(the gold answer, the VerifierSpec svc_source would publish) per instance."""
     out = []
@@ -70,27 +91,45 @@ def grade_all(kind: SweKind, cases: list[tuple[str, events.VerifierSpec]]) -> No
         assert result.reward == 1.0, result.detail  # every gold resolves, in every mode
 
 
+def env_specs(envs_root: Path, made: list[dict]) -> list[EnvSpec]:
+    """The environments the instances name, from their specs (environment.json) under envs_root."""
+    keys = sorted({i["environment"] for i in made})
+    return [EnvSpec.model_validate_json((envs_root / key / "environment.json").read_text()) for key in keys]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutations", type=int, default=8, help="mutations the factory tries (instances: those kept)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=ROOT / "run" / "bench-swe")
+    parser.add_argument("--set", type=Path, default=None, metavar="DIR",
+                        help="grade a built set's instances (scripts/swe_factory.sh) instead of the fixture's")
+    parser.add_argument("--per-repo", type=int, default=2, help="with --set: instances graded per project")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    envs_root, made = instances(args.work, args.mutations)
+    if args.set:
+        source_envs, made = from_set(args.set, args.work, args.per_repo)
+        envs_root, store = args.work / "envs", TaskStore(args.set / "tasks")
+    else:
+        source_envs, made = instances(args.work, args.mutations)
+        envs_root, store = source_envs, TaskStore(args.work / "tasks")
     cases = specs(args.work / "instances.jsonl")
-    key = made[0]["environment"]
-    spec = EnvSpec.model_validate_json((envs_root / key / "environment.json").read_text())
+    wanted = env_specs(source_envs, made)
     envs = EnvCache(envs_root)
-    kind = SweKind(Sandbox(JailBackend(), envs=envs).run_tests, TaskStore(args.work / "tasks"))
+    for spec in wanted:
+        envs.ensure(spec)
+    kind = SweKind(Sandbox(JailBackend(), envs=envs).run_tests, store)
     plain = [(answer, without_env(s)) for answer, s in cases]
     grade_all(kind, cases[:1])  # warm the caches (interpreter files, the jail's mounts)
     spent: dict[str, list[float]] = {"cold": [], "warm": [], "none": []}
     build: list[float] = []
+    load = [os.getloadavg()[0]]
     for _ in range(args.rounds):
-        shutil.rmtree(envs_root / key)
+        for spec in wanted:
+            shutil.rmtree(envs_root / spec.key)
         start = time.perf_counter()
-        envs.ensure(spec)  # what the first grading on a fresh host waits for
+        for spec in wanted:
+            envs.ensure(spec)  # what the first grading on a fresh host waits for
         build.append(time.perf_counter() - start)
         grade_all(kind, cases)
         spent["cold"].append(time.perf_counter() - start)
@@ -98,12 +137,14 @@ def main() -> None:
             start = time.perf_counter()
             grade_all(kind, batch)
             spent[mode].append(time.perf_counter() - start)
+        load.append(os.getloadavg()[0])
     n = len(cases)
     rate = {mode: [60 * n / s for s in times] for mode, times in spent.items()}
     f2p = sorted(len(i["FAIL_TO_PASS"]) for i in made)
-    print(f"{n} instances of {made[0]['repo']} {made[0]['version']} (gold patches, {f2p[0]}-{f2p[-1]} FAIL_TO_PASS "
-          f"tests each), {args.rounds} rounds; environment build {statistics.median(build):.1f} s (median); "
-          f"load: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    repos = sorted({f"{i['repo']} {i['version']}" for i in made})
+    print(f"{n} instances of {', '.join(repos)} (gold patches, {f2p[0]}-{f2p[-1]} FAIL_TO_PASS tests each), "
+          f"{args.rounds} rounds; {len(wanted)} environment(s) built in {statistics.median(build):.1f} s (median); "
+          f"load (1-min, before and after each round): {' / '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} cores")
     print("| environment | instances/min per round | median | s per instance | ratio to warm |")
     print("|---|---|---|---|---|")
     warm = statistics.median(rate["warm"])

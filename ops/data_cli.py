@@ -31,7 +31,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--task-store", type=Path, default=None, metavar="DIR",
                    help="the task store a row's payload_uri must name a file of (default: RUN_DIR/tasks)")
     v.add_argument("--envs", type=Path, default=None, metavar="DIR",
-                   help="the SWE rows' environments (swe-make --envs): the local sandbox runs their tests there")
+                   help="the SWE rows' environments (swe-make --envs): the local sandbox runs their tests there, "
+                        "in the jail (they are built over this host's interpreter)")
     v.set_defaults(func=cmd_validate)
     _add_profile(actions)
     _add_filter(actions)

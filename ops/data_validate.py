@@ -187,10 +187,15 @@ class GoldChecker:
             self.run_dir = Path(self._tmp.name)
         self.say("validate: code/swe rows: starting a local sandbox ...")
         self._sandbox_proc = ServiceProcess(
-            "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0",
-                                         *(["--swe-envs", str(Path(self.envs).resolve())] if self.envs else [])],
+            "sandbox", 0, self.run_dir, ["--bootstrap", "unused:0", *self._env_args()],
             entry=[sys.executable, "-m", "ops.tethered", str(os.getpid()), "svc_sandbox"]).start()
         return self._sandbox_proc.wait_ready(120).grpc_address
+
+    def _env_args(self) -> list[str]:
+        """The local sandbox's flags for the SWE environments: they were built over this host's interpreter
+        (swe-make --envs), which only the jail shares; with `auto`, an engine that answers would run their
+        tests in the run image, where that interpreter is not, and every gold would be a SANDBOX_ERROR."""
+        return ["--swe-envs", str(Path(self.envs).resolve()), "--backend", "jail"] if self.envs else []
 
     def close(self) -> None:
         for scorer in (self._plain, self._with_sandbox):

@@ -39,16 +39,26 @@ STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
 _SEVERITY = {"PASSED": 0, "XFAIL": 0, "SKIPPED": 1, "XPASS": 2, "FAILED": 3, "ERROR": 3}
 _SUMMARY_LINE = re.compile(rf"^({'|'.join(STATUSES)}) (.+?)(?: - .*)?$")
 _VERBOSE_LINE = re.compile(rf"^(\S.*?::.*?) ({'|'.join(STATUSES)})(?:\s|$)")
+# pytest 9 reports a unittest subTest (or `subtests` fixture) failure on lines of its own, the test's own
+# line saying PASSED: "SUBFAILED(roots=(2, 3)) tests/t.py::T::test_a" and "tests/t.py::T::test_a
+# SUBFAILED(roots=(2, 3)) [100%]". A failed subtest fails its test, as unittest itself counts it.
+_SUBFAILED_SUMMARY = re.compile(r"^SUBFAILED(?:\(.*?\))? (\S.*?::.+?)(?: - .*)?$")
+_SUBFAILED_VERBOSE = re.compile(r"^(\S.*?::.*?) SUBFAILED(?:\(|\s|$)")
 _GIT_ID = ["-c", "user.name=m1flow", "-c", "user.email=m1flow@localhost", "-c", "core.autocrlf=false"]
 
 
 # ---------------------------------------------------------------- host side
 
 def parse_pytest_log(log: str) -> dict[str, str]:
-    """Per-test status from `pytest -rA` summary lines and `-v` progress lines; the worst one wins."""
+    """Per-test status from `pytest -rA` summary lines and `-v` progress lines (a failed subtest fails its
+    test); the worst one wins."""
     tests: dict[str, str] = {}
     for line in log.splitlines():
         line = line.rstrip()
+        if sub := _SUBFAILED_VERBOSE.match(line) or _SUBFAILED_SUMMARY.match(line):
+            if tests.get(sub.group(1)) != "ERROR":
+                tests[sub.group(1)] = "FAILED"
+            continue
         found = _VERBOSE_LINE.match(line)
         test_id, status = (found.group(1), found.group(2)) if found else (None, None)
         if not found and (found := _SUMMARY_LINE.match(line)):

@@ -433,3 +433,12 @@ def test_validate_says_its_progress_on_stderr(capsys, tmp_path):
     assert lines[0].endswith(" left") and not lines[-1].endswith(" left")
     quiet = validate(capsys, path)[2]
     assert f"validate: {path}: " not in quiet  # 5 rows take less than the default 10 s between lines
+
+
+def test_the_local_sandbox_runs_swe_environments_in_the_jail(tmp_path):
+    """swe-make --envs builds each environment over this host's interpreter, which only the jail shares:
+    with `auto`, a Docker engine that answers would run the tests in the run image, where that
+    interpreter is not, and every gold would be a SANDBOX_ERROR (it happened: 52 of 52 toolz golds)."""
+    args = GoldChecker(envs=tmp_path / "envs")._env_args()
+    assert args == ["--swe-envs", str((tmp_path / "envs").resolve()), "--backend", "jail"]
+    assert GoldChecker()._env_args() == []  # no environments: the sandbox's own choice of backend

@@ -143,3 +143,18 @@ def test_validate_refuses_an_instance_whose_gold_does_not_fix_it(made, sandbox, 
     printed = capsys.readouterr().out
     assert "broken.jsonl:0: verifier.gold: the gold scores 0, not 1" in printed, printed
 
+
+
+def test_a_project_whose_tests_call_none_of_its_functions_is_refused(tmp_path):
+    """A src/ layout's suite imports an installed copy (here: none at all), so no function of the tree is
+    covered: the factory says so instead of making zero instances in silence."""
+    from m1flow.data.swe_factory import FactoryError, make_instances
+
+    project = tmp_path / "proj"
+    (project / "src" / "proj").mkdir(parents=True)
+    (project / "src" / "proj" / "__init__.py").write_text("def double(x):\n    return x * 2\n")
+    (project / "tests").mkdir()
+    (project / "tests" / "test_it.py").write_text("def test_nothing_of_the_tree():\n    assert 2 * 2 == 4\n")
+    (tmp_path / "work").mkdir()
+    with pytest.raises(FactoryError, match="call none of its own functions"):
+        make_instances(project, TaskStore(tmp_path / "tasks"), FactoryConfig(), tmp_path / "work")

@@ -194,3 +194,23 @@ PASSED tests/test_y.py::TestK::test_m
         "test_x.py::test_ok": "PASSED", "test_x.py::test_param[a b-1]": "FAILED",
         "test_x.py::test_skip": "SKIPPED", "test_x.py::test_xf": "XFAIL",
         "test_x.py::test_teardown": "ERROR", "tests/test_y.py::TestK::test_m": "PASSED"}
+
+
+def test_a_failed_subtest_fails_its_test():
+    """pytest 9 says PASSED for a unittest test whose subTests failed and reports those on SUBFAILED lines
+    (more-itertools' PolynomialFromRootsTests): read as PASSED, an unfixed tree's empty patch scored 1."""
+    log = """
+tests/test_recipes.py::PolynomialFromRootsTests::test_basic PASSED       [ 50%]
+SUBFAILED(roots=(2, 1, -1)) [ 50%]
+tests/test_recipes.py::PolynomialFromRootsTests::test_basic SUBFAILED(roots=(2, 3)) [ 50%]
+tests/test_recipes.py::T::test_ok SUBPASSED(i=1) [100%]
+tests/test_recipes.py::T::test_ok PASSED                                 [100%]
+=========================== short test summary info ============================
+PASSED tests/test_recipes.py::PolynomialFromRootsTests::test_basic
+SUBFAILED(roots=(2, 1, -1)) tests/test_recipes.py::PolynomialFromRootsTests::test_basic - NameError: x
+SUBFAILED(a b) tests/test_k.py::test_p[a b-1]
+PASSED tests/test_recipes.py::T::test_ok
+"""
+    assert parse_pytest_log(log) == {"tests/test_recipes.py::PolynomialFromRootsTests::test_basic": "FAILED",
+                                     "tests/test_k.py::test_p[a b-1]": "FAILED",
+                                     "tests/test_recipes.py::T::test_ok": "PASSED"}

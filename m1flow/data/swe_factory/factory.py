@@ -242,8 +242,12 @@ def make_instances(source: str | Path, store: TaskStore, cfg: FactoryConfig, wor
     passing = {t for t, o in baseline["tests"].items() if o["outcome"] in PASSING}
     if not passing:
         raise FactoryError(f"{project.slug}: no test passes as released (does the suite run here?)")
+    tried = candidates(project, {(f, n) for f, n in baseline["called"]}, cfg)
+    if not tried:
+        raise FactoryError(f"{project.slug}: its passing tests call none of its own functions: nothing to mutate "
+                           "(a src/ layout's tests import an installed copy, not this tree)")
     stats, instances = Stats(), []
-    for mutation in candidates(project, {(f, n) for f, n in baseline["called"]}, cfg):
+    for mutation in tried:
         stats.tried += 1
         path = project.root / mutation.path
         clean = path.read_text()
@@ -301,3 +305,14 @@ def _instance(project: Project, store: TaskStore, mutation: Mutation, original: 
         "license": project.license,
         "mutation": {"operator": mutation.operator, "path": mutation.path, "line": mutation.line,
                      "function": mutation.function}}
+
+
+def license_lines(instances: str | Path) -> list[str]:
+    """The set's LICENSES listing: one `project<TAB>version<TAB>licence` line per project of an instances
+    file, from the instances themselves (the licence each one carries from its PKG-INFO), so the listing
+    cannot name a project the set lacks or miss one it has."""
+    seen: dict[tuple[str, str], str] = {}
+    for line in Path(instances).read_text().splitlines():
+        row = json.loads(line)
+        seen.setdefault((row["repo"], row["version"]), row.get("license") or "unknown")
+    return [f"{repo}\t{version}\t{licence}" for (repo, version), licence in sorted(seen.items())]
