@@ -300,7 +300,7 @@ def default_target(trl_mean: Sequence[Point]) -> float:
 def cpu_seconds(stack: Any) -> dict[str, float]:
     """User + system CPU seconds each process of the stack has used so far (the broker's JVM included):
     on a loaded machine the wall-clock of a version inflates, its CPU seconds much less."""
-    procs = {f"{p.name}": psutil.Process(p.proc.pid) for p in stack.procs if p.proc is not None and p.alive()}
+    procs = {p.name: psutil.Process(p.proc.pid) for p in stack.procs if p.proc is not None and p.alive()}
     broker = stack.broker._process()
     if broker is not None:
         procs["broker"] = broker
