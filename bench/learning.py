@@ -315,18 +315,16 @@ def cpu_seconds(stack: Any) -> dict[str, float]:
 
 
 def where_the_time_goes(policy_records: Sequence[dict], announced: dict[int, int]) -> str:
-    """Per version, the median seconds between announcements against the learner's own step (update, the
-    wait for the last version's write, the copy for this one's), the write beside the next step, and its wait
-    for a full batch: what a version costs beyond the training itself."""
+    """Per version, the median seconds between announcements against the learner's own step (update and
+    checkpoint) and its wait for a full batch: what a version costs beyond the training itself."""
     stats = [(r.get("value") or {}).get("stats") or {} for r in policy_records]
-    keys = ("step_s", "wait_s", "update_s", "write_wait_s", "snapshot_s", "save_s")
-    step, wait, update, write_wait, snapshot, save = ([float(v[k]) for v in stats if k in v] for k in keys)
+    keys = ("step_s", "wait_s", "update_s", "save_s")
+    step, wait, update, save = ([float(v[k]) for v in stats if k in v] for k in keys)
     times = [announced[v] for v in sorted(announced) if v > 0]
     gaps = [(b - a) / 1000 for a, b in zip(times, times[1:])]
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     return (f"per version (median): {med(gaps):.3f} s between announcements, learner step {med(step):.3f} s "
-            f"(update {med(update):.3f}, waiting for the last write {med(write_wait):.3f}, copy {med(snapshot):.3f}), "
-            f"checkpoint written beside it {med(save):.3f}, learner waiting for its batch {med(wait):.3f} s")
+            f"(update {med(update):.3f}, checkpoint {med(save):.3f}), learner waiting for its batch {med(wait):.3f} s")
 
 
 @dataclass

@@ -97,13 +97,11 @@ def is_hybrid(directory: str | Path) -> bool:
 
 # ---- policies ------------------------------------------------------------------------------
 def save_policy(directory: str | Path, model: nn.Module, tokenizer: Any, temperature: float = 1.0,
-                top_p: float = 0.95, max_shard_bytes: int = MAX_SHARD_BYTES,
-                weights: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write model, tokenizer and generation defaults as a Hugging Face model directory; `weights`:
-    a copy of the model's state dict to write instead of its live tensors (svc_learner.writer)."""
+                top_p: float = 0.95, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
+    """Write model, tokenizer and generation defaults as a Hugging Face model directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, max_shard_size=max_shard_bytes, state_dict=weights)
+    model.save_pretrained(directory, max_shard_size=max_shard_bytes)
     if is_hybrid(directory):  # opens in plain transformers too (trust_remote_code), as the release does
         remote_code.install(directory, CONFIG_FILE)
     tokenizer.save_pretrained(directory, save_jinja_files=False)  # the chat template in tokenizer_config.json
@@ -166,19 +164,17 @@ def version_dir(root: str | Path, version: int) -> Path:
     return Path(root) / f"v{version:06d}"
 
 
-def save_checkpoint(root: Path, model: nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer | dict | None,
+def save_checkpoint(root: Path, model: nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer | None,
                     state: LearnerState, keep: int = 3, grace_s: float = 60.0,
-                    max_shard_bytes: int = MAX_SHARD_BYTES,
-                    weights: dict[str, torch.Tensor] | None = None) -> tuple[Path, str]:
-    """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum.
-    `optimizer`: the optimizer or a copy of its state dict; `weights`: as save_policy's."""
+                    max_shard_bytes: int = MAX_SHARD_BYTES) -> tuple[Path, str]:
+    """Write checkpoint `v{version}` under root atomically; return its directory and weights checksum."""
     root.mkdir(parents=True, exist_ok=True)
     final = version_dir(root, state.version)
     tmp = root / f".tmp-v{state.version:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_policy(tmp, model, tokenizer, max_shard_bytes=max_shard_bytes, weights=weights)
+    save_policy(tmp, model, tokenizer, max_shard_bytes=max_shard_bytes)
     if optimizer is not None:
-        torch.save(optimizer if isinstance(optimizer, dict) else optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
     (tmp / STATE_FILE).write_text(json.dumps(asdict(state)))
     for path in tmp.iterdir():
         with open(path, "rb") as fh:

@@ -196,15 +196,15 @@ class CheckpointStore:
         return self.staging if self.remote else checkpoint.path_of(self.root)
 
     def save(self, model: Any, tokenizer: Any, optimizer: Any, state: checkpoint.LearnerState, keep: int = 3,
-             grace_s: float = 60.0, weights: dict[str, Any] | None = None) -> tuple[Stored, str]:
+             grace_s: float = 60.0) -> tuple[Stored, str]:
         """Write version `state.version`; return it and its weights' checksum. On s3 the staging copy
         of only the newest stays (resuming downloads), and the remote ones rotate like a directory's."""
         if not self.remote:
             final, sha = checkpoint.save_checkpoint(self.local_root, model, tokenizer, optimizer, state,
-                                                    keep=keep, grace_s=grace_s, weights=weights)
+                                                    keep=keep, grace_s=grace_s)
             return Stored(checkpoint.uri_for(final), final), sha
         final, sha = checkpoint.save_checkpoint(self.local_root, model, tokenizer, optimizer, state,
-                                                keep=1, grace_s=0.0, weights=weights)
+                                                keep=1, grace_s=0.0)
         uri = child(self.root, final.name)
         self.upload(final, uri)
         self.rotate(keep, grace_s)

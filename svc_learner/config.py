@@ -28,9 +28,6 @@ class LearnerServiceConfig(ServiceConfig):
         30.0, gt=0, description="train on fewer groups once the input has been idle and caught up this long")
     keep_checkpoints: int = Field(3, ge=1, description="checkpoints kept besides those still in their grace period")
     checkpoint_grace_s: float = Field(60.0, ge=0, description="a superseded checkpoint stays this long for readers")
-    async_checkpoint: bool = Field(
-        True, description="write each version's checkpoint on a thread of its own while the next batch trains "
-                          "(svc_learner.writer); false: inside the step")
     seed: int = 0
     torch_threads: int = 1
     device: str = Field("auto", description="auto (the local CUDA device where present, else cpu), cpu, cuda:N")

@@ -2,8 +2,7 @@
 
 One straight walk per batch: select (m1flow.rl, as each group arrives: a group with nothing to
 teach is counted and skipped, so the batch fills with trainable ones), build the batch, update,
-hand the version to the checkpoint writer (Trainer.step), and go on to the next batch; the writer's
-thread publishes the version on `policy` once its checkpoint is complete (svc_learner.writer). A batch trains when it holds `batch_groups` groups,
+checkpoint (Trainer.step), publish on `policy`. A batch trains when it holds `batch_groups` groups,
 or with fewer once the input has been idle and caught up for `batch_timeout_s`; while input keeps
 arriving, batches are a function of the order of `scored` alone, so a restarted learner repeats them.
 """
@@ -21,7 +20,6 @@ from m1flow.accounting import SourceKindLabels
 from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
 from m1flow.bus.control import CommandRule, ControlFollower
-from m1flow.bus.producer import Producer
 from m1flow.bus.topics import CONTROL, POLICY, SCORED, policy_key
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
@@ -82,7 +80,6 @@ class ScoredHandler(HandlerBase):
         log.debug("skipped group %s: %s %s", skipped.group_id, skipped.reason, skipped.counts)
 
     def tick(self, ctx: Context) -> None:
-        self.service.trainer.writer.check()  # a failed write (or announcement) stops the learner now
         if self.filler.pending and self._idle_and_caught_up(ctx):
             log.info("input idle for %.0fs: training on %s of %s groups", self.service.config.batch_timeout_s,
                      len(self.filler.pending), self.filler.batch_groups)
@@ -100,7 +97,7 @@ class ScoredHandler(HandlerBase):
             return False
 
     def train(self, ctx: Context) -> None:
-        """Build the batch, update and hand the version to the writer (one Trainer.step); report the step."""
+        """Build the batch, update, checkpoint (one Trainer.step), then publish the version."""
         selected = self.filler.take()
         ctx.release(self.records)
         self.records = []
@@ -109,16 +106,21 @@ class ScoredHandler(HandlerBase):
         if self.service.steering is not None:
             self.service.steering.poll()
         started = time.monotonic()
-        try:  # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself;
-            # wait_first_s, till its first group (the rest: groups too few or skipped)
-            stats = trainer.step(selected, offsets, self.skipped_since_step, wait_s=started - self.step_ended,
-                                 wait_first_s=(self.first_offer or started) - self.step_ended)
+        try:
+            stats = trainer.step(selected, offsets, self.skipped_since_step)
         except ValueError as exc:  # a failed step is ours, never the message's: stop, don't dead-letter
             raise RuntimeError(f"learner step failed: {exc}") from exc
-        self.step_ended, self.first_offer = time.monotonic(), None
+        # where a step's time goes: waiting for its batch (the pipeline upstream) or the step itself;
+        # wait_first_s, till its first group (the rest: groups too few or skipped)
+        ended = time.monotonic()
+        stats.note(wait_s=started - self.step_ended, step_s=ended - started,
+                   wait_first_s=(self.first_offer or started) - self.step_ended)
+        self.step_ended, self.first_offer = ended, None
         per_source = source_metrics(selected, self.skipped_since_step, self.source_labels, stats.rows, stats.corrected)
         self.skipped_since_step = []
         version = trainer.state.version
+        announcement = trainer.announcement(self.service.config.run_id)
+        ctx.emit(POLICY, policy_key(announcement), announcement)
         for name, value in stats.items():
             ctx.metric(f"learner/{name}", value, step=version)
         for m in per_source:
@@ -137,7 +139,7 @@ class LearnerGrpc(rpc_grpc.LearnerServiceServicer):
         trainer = self.service.trainer
         with trainer.lock:
             return rpc.LearnerStatus(
-                policy_version=trainer.published.version, step=trainer.published.step,
+                policy_version=trainer.state.version, step=trainer.state.step,
                 groups_applied=len(trainer.applied), samples_dropped_stale=trainer.state.samples_dropped_stale,
                 checkpoint_uri=trainer.current_uri,
                 last_stats={k: float(v) for k, v in trainer.last_stats.items()})
@@ -165,17 +167,9 @@ class LearnerService(Service, name="learner", config=LearnerServiceConfig):
         self.steering = self._steering()
         self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
                                   max_records=16)
-        cfg = self.config  # the writer's thread announces through a producer of its own (one per thread)
-        self.announcer = Producer(cfg.bootstrap, f"learner-{cfg.replica}-policy", suffix=cfg.output_suffix,
-                                  client=cfg.kafka_client)
-        self.trainer.on_written = self.announce
-        self.announce()  # again: compaction may have lost it
-
-    def announce(self) -> None:
-        """The newest written version on `policy`, acknowledged by the broker before this returns."""
-        announcement = self.trainer.announcement(self.config.run_id)
-        self.announcer.send(POLICY, policy_key(announcement), announcement)
-        self.announcer.flush()
+        announcement = self.trainer.announcement(self.config.run_id)  # again: compaction may have lost it
+        self.stream.producer.send(POLICY, policy_key(announcement), announcement)
+        self.stream.producer.flush()
 
     def _steering(self) -> CorrectionSteering | None:
         """Follow the monitor's set_correction where a correction is configured, in a live run."""
@@ -194,12 +188,7 @@ class LearnerService(Service, name="learner", config=LearnerServiceConfig):
         return steering
 
     def shutdown(self) -> None:
-        try:
-            self.trainer.wait_written()  # the last version trained: written and announced
-        finally:
-            if getattr(self, "announcer", None) is not None:
-                self.announcer.close()
-            self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
+        self.stream.close()  # buffered groups stay uncommitted and are re-read on restart
         if self.steering is not None:
             self.steering.close()
         if self.ranks.world > 1:

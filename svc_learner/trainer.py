@@ -1,16 +1,12 @@
 """The learner's state (model, optimizer, version, offsets) and the one entry point for training a
-batch: `Trainer.step(selected, offsets)` builds the batch, runs the updates and hands a copy of the
-new version to the checkpoint writer (svc_learner.writer), which writes it while the next batch trains
-and then calls `on_written` (the service announces the version there).
+batch: `Trainer.step(selected, offsets)` builds the batch, runs the updates and writes the checkpoint.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -29,30 +25,8 @@ from svc_learner.placement import load_trainable
 from svc_learner.routing_replay import replay_experts, routing_shape
 from svc_learner.step_stats import StepStats
 from svc_learner.update import Ranks, run_updates
-from svc_learner.writer import CheckpointWriter, snapshot_state, snapshot_weights
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Snapshot:
-    """One version as its checkpoint holds it, copied off the live model at the end of its step."""
-
-    state: checkpoint.LearnerState
-    weights: dict[str, torch.Tensor]
-    optimizer: dict
-    stats: dict[str, float]  # the step's statistics, announced with the version
-
-
-@dataclass
-class Published:
-    """The newest version whose checkpoint is complete: what `policy` announces."""
-
-    version: int
-    step: int
-    stored: store.Stored
-    sha: str
-    stats: dict[str, float]
 
 
 class Trainer:
@@ -83,14 +57,12 @@ class Trainer:
         self.scorer = wrap_model(self.model, train, ranks)  # DDP under torchrun
         self.optimizer = make_optimizer(self.model.parameters(), train.lr, train.weight_decay, train.adam_eps)
         self.state = self._initial_state(source)
-        self.lock = threading.Lock()
-        self.on_written: Callable[[], None] = lambda: None  # the service's announcement, on the writer's thread
-        self.writer: CheckpointWriter[Snapshot] = CheckpointWriter(self._write, self._written, "learner-checkpoint")
         if ranks.rank == 0:  # only rank 0 writes and announces checkpoints
-            stored, sha = ((found, checkpoint.weights_sha256(found.directory))
-                           if found is not None else self._save())
-            self.published = Published(self.state.version, self.state.step, stored, sha, {})
+            self.current, self.sha = ((found, checkpoint.weights_sha256(found.directory))
+                                      if found is not None else self._save())
         self.applied = {gid for step in self.state.applied_groups for gid in step}
+        self.last_stats: dict[str, float] = {}
+        self.lock = threading.Lock()
 
     def _initial_state(self, source: Path) -> checkpoint.LearnerState:
         """Our own checkpoint: everything. A learner checkpoint given as init (a replay's start): its
@@ -115,44 +87,16 @@ class Trainer:
     @property
     def current_dir(self) -> Path:
         """The local copy of the current version (the checkpoint itself on a file:// root)."""
-        return self.published.stored.directory
+        return self.current.directory
 
     @property
     def current_uri(self) -> str:
         """What `policy` announces for the current version: file:///... or s3://bucket/prefix/v..."""
-        return self.published.stored.uri
-
-    @property
-    def sha(self) -> str:
-        return self.published.sha
-
-    @property
-    def last_stats(self) -> dict[str, float]:
-        """The statistics of the step that made the current version."""
-        return self.published.stats
+        return self.current.uri
 
     def _save(self) -> tuple[store.Stored, str]:
         return self.store.save(self.model, self.tokenizer, self.optimizer, self.state,
                                keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s)
-
-    def _write(self, snap: Snapshot) -> tuple[store.Stored, str, float]:
-        """On the writer's thread: the snapshot to the store (fsync, rotation and checksum included)."""
-        started = time.monotonic()
-        stored, sha = self.store.save(self.model, self.tokenizer, snap.optimizer, snap.state,
-                                      keep=self.cfg.keep_checkpoints, grace_s=self.cfg.checkpoint_grace_s,
-                                      weights=snap.weights)
-        return stored, sha, time.monotonic() - started
-
-    def _written(self, snap: Snapshot, result: tuple[store.Stored, str, float]) -> None:
-        stored, sha, seconds = result
-        with self.lock:
-            self.published = Published(snap.state.version, snap.state.step, stored, sha,
-                                       {**snap.stats, "save_s": seconds})
-        self.on_written()
-
-    def wait_written(self) -> None:
-        """Block until every version trained so far is written (and announced); raise a failed write."""
-        self.writer.wait()
 
     def set_correction(self, scale: float) -> None:
         """Scale the mismatch correction's configured bounds (1: as configured; < 1: tighter)."""
@@ -165,15 +109,12 @@ class Trainer:
                            version=self.state.version)
 
     def step(self, selected: Sequence[Selected], offsets: dict[str, int],
-             skipped: Sequence[Skipped] = (), **notes: float) -> StepStats:
+             skipped: Sequence[Skipped] = ()) -> StepStats:
         """Build the batch, train on it, then advance version and offsets together in one checkpoint
-        (with the groups skipped since the last step: consumed, and accounted for), written by the
-        writer's thread (at once with `cfg.async_checkpoint` off). `notes`: more statistics for the
-        version's announcement (the service's wait for the batch).
+        (with the groups skipped since the last step: consumed, and accounted for).
 
         Raises RuntimeError when no update ran: a version is never published without training.
         """
-        began = time.monotonic()
         batch = to_batch(selected, pad_id=self.model.config.pad_token_id or 0)
         replay: dict[str, float] = {}
         if self.routing is not None:
@@ -205,28 +146,19 @@ class Trainer:
             self.state.applied_groups.append([s.group_id for s in selected])
             self.state.skipped_groups.append([s.group_id for s in skipped])
             self.state.samples_dropped_stale += sum(s.counts.get("stale", 0) for s in (*selected, *skipped))
+            self.current, self.sha = self._save()
+            stats.note(update_s=updated - started, save_s=time.monotonic() - updated)  # where a step's time goes
             self.applied.update(s.group_id for s in selected)
-            state = copy.deepcopy(self.state)
-        self.writer.wait()  # the previous version's write, if still running: one copy held at a time
-        waited = time.monotonic()
-        weights, optimizer = snapshot_weights(self.model), snapshot_state(self.optimizer.state_dict())
-        # where a step's time goes (the write's own, save_s, is added to the announcement by the writer)
-        stats.note(update_s=updated - started, write_wait_s=waited - updated, snapshot_s=time.monotonic() - waited,
-                   step_s=time.monotonic() - began, **notes)
-        self.writer.submit(Snapshot(state, weights, optimizer, dict(stats.values)))
-        if not self.cfg.async_checkpoint:
-            self.writer.wait()
+            self.last_stats = stats.values  # the same dict: the service's timing notes land in it too
         return stats
 
     def announcement(self, run_id: str) -> events.PolicyVersion:
         """The current version's `policy` record, signed when the learner holds a signing key."""
-        with self.lock:
-            done = self.published
         policy = events.PolicyVersion(
-            header=codec.header("learner", run_id=run_id, policy_version=done.version,
-                                message_id=f"policy:{done.version}:{done.sha[:12]}"),
-            version=done.version, checkpoint_uri=done.stored.uri, sha256=done.sha,
-            step=done.step, stats={k: float(v) for k, v in done.stats.items()},
+            header=codec.header("learner", run_id=run_id, policy_version=self.state.version,
+                                message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
+            version=self.state.version, checkpoint_uri=self.current_uri, sha256=self.sha,
+            step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
             batch_groups=self.cfg.batch_groups)
         key = self.cfg.security.policy_signing_key
         return sign(policy, key) if key is not None else policy

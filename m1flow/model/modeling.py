@@ -128,13 +128,11 @@ class MiniMaxM1ForCausalLM(nn.Module):
         return HybridCache(layers)
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path, max_shard_size: int = MAX_SHARD_BYTES,
-                        state_dict: dict[str, torch.Tensor] | None = None, **_: object) -> None:
-        """`state_dict`: a copy to write instead of the live weights (transformers' argument)."""
+    def save_pretrained(self, directory: str | Path, max_shard_size: int = MAX_SHARD_BYTES, **_: object) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.to_json(directory / CONFIG_FILE)
-        state = {k: v.contiguous() for k, v in (state_dict if state_dict is not None else self.state_dict()).items()}
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
         if self.config.tie_word_embeddings:
             del state["lm_head.weight"]
         save_weights(state, directory, max_shard_size)

@@ -44,7 +44,6 @@ def train_step(trainer: Trainer, step: int) -> None:
     selected = [AlgorithmConfig().select(scored_group(f"s{step}g{i}", vocab), current_version=0)
                 for i in range(2)]
     trainer.step(selected, {"scored/0": 2 * step})
-    trainer.wait_written()  # uploaded on the writer's thread (svc_learner.writer)
 
 
 def objects(server, prefix: str) -> list[str]:

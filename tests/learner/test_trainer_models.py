@@ -46,7 +46,6 @@ def test_trainer_trains_any_policy_directory_and_writes_the_same_form(tmp_path, 
                 for i, t in enumerate((1.0, 0.7))]
     stats = trainer.step(selected, {"scored/0": 2})
     assert stats["updates"] == 2 and trainer.state.version == 1
-    trainer.wait_written()  # written on the writer's thread (svc_learner.writer)
 
     written = checkpoint.latest(cfg.checkpoint_root())
     reopened = AutoModelForCausalLM.from_pretrained(written)  # any tool of the ecosystem opens it
@@ -83,7 +82,6 @@ def test_bf16_weights_train_with_the_lm_head_kept_in_fp32(tmp_path, arch):
     before = head.detach().clone()
     stats = trainer.step([AlgorithmConfig().select(scored_group("g0", vocab, 1.0), current_version=0)], {})
     assert stats["updates"] == 1 and not torch.equal(before, head) and math.isfinite(stats["loss"])
-    trainer.wait_written()
     saved = load_file(checkpoint.latest(cfg.checkpoint_root()) / checkpoint.WEIGHTS_FILE)  # as written
     assert saved["lm_head.weight"].dtype == torch.float32
     assert {v.dtype for k, v in saved.items() if k != "lm_head.weight"} == {torch.bfloat16}
