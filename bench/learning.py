@@ -327,6 +327,33 @@ def where_the_time_goes(policy_records: Sequence[dict], announced: dict[int, int
             f"(update {med(update):.3f}, checkpoint {med(save):.3f}), learner waiting for its batch {med(wait):.3f} s")
 
 
+def hops(prompts: Sequence[dict], rollouts: Sequence[dict], scored: Sequence[dict], announced: dict[int, int]) -> str:
+    """Median seconds a group spends on each hop (the brokers' timestamps): published -> its last sample
+    rolled out -> scored -> the next version announced. Why: with a lead of L versions the pipeline keeps
+    about L + 1 batches in flight, so when the cores are not all busy this round trip, not CPU, sets the
+    time between versions (Little's law)."""
+    published = {r["value"].get("prompt_id"): r["timestamp_ms"] for r in prompts if "value" in r}
+    rolled: dict[str, tuple[str, int]] = {}
+    for r in rollouts:
+        v = r.get("value") or {}
+        group, at = v.get("group_id"), r["timestamp_ms"]
+        if group and (group not in rolled or at > rolled[group][1]):
+            rolled[group] = (v.get("prompt_id"), at)
+    done = {(r.get("value") or {}).get("group_id"): r["timestamp_ms"] for r in scored}
+    times = sorted(announced.values())
+    a, b, c = [], [], []
+    for group, (prompt, at) in rolled.items():
+        if prompt in published and group in done:
+            a.append(at - published[prompt])
+            b.append(done[group] - at)
+            later = [t for t in times if t >= done[group]]
+            if later:
+                c.append(later[0] - done[group])
+    med = lambda xs: statistics.median(xs) / 1000 if xs else float("nan")  # noqa: E731
+    return (f"per group (median of {len(a)}): {med(a):.3f} s from published to its last sample rolled out, "
+            f"{med(b):.3f} s to scored, {med(c):.3f} s to the next version's announcement")
+
+
 @dataclass
 class SideRun:
     """What a side leaves for evaluation: a checkpoint per eval step and its clock there."""
@@ -383,6 +410,8 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
                          + ", ".join(f"{name} {(sec - idle.get(name, 0.0)) / max(1, s.steps):.3f}"
                                      for name, sec in cpu.items()))
         prompts = list(read_range(stack.bootstrap, "prompts"))
+        out.notes.append(hops(prompts, list(read_range(stack.bootstrap, "rollouts")),
+                              list(read_range(stack.bootstrap, "scored")), announced))
         first = min(r["timestamp_ms"] for r in prompts)
         published = sorted((int((r["value"].get("origin") or {}).get("draw", 0)), r["value"].get("text", ""))
                            for r in prompts if "value" in r)

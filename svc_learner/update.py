@@ -41,6 +41,7 @@ from . import packing
 from .batching import Batch
 from .logprobs import fused_head_loss, token_logprobs
 from .optim import EPS, clip_gradients
+from .packing import PackingMode
 from .placement import ModelDtype
 from .precision import HeadDtype, cast_head
 from .step_stats import StepStats
@@ -63,7 +64,11 @@ class TrainConfig(BaseModel):
                              "(3 head matmuls instead of 4); False: log-probs first, then the loss")
     max_tokens_per_micro_batch: int | None = Field(
         8192, ge=1, description="tokens per forward/backward (gradients accumulate over a minibatch's micro-"
-                                "batches), transformers models packed without padding; None: whole minibatch")
+                                "batches); None: the whole minibatch as one padded forward")
+    packing: PackingMode = Field(
+        "auto", description="micro-batches as packed rows (no padding) or padded rows: auto packs only where "
+                            "attention is varlen (flash attention); under sdpa/eager a packed row attends "
+                            "through a dense mask over all its tokens (svc_learner.packing)")
     fsdp: bool = Field(False, description="several ranks: shard parameters, gradients and optimizer state "
                        "(FSDP2 fully_shard per decoder layer) instead of replicating them (DDP)")
     activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in "
@@ -123,7 +128,7 @@ class SequenceLogprobs(nn.Module):
     @classmethod
     def configured(cls, model: nn.Module, cfg: TrainConfig) -> SequenceLogprobs:
         return cls(model, cfg.head_dtype, cfg.logprob_chunk, cfg.fused_loss,
-                   pack=cfg.max_tokens_per_micro_batch is not None)
+                   pack=cfg.max_tokens_per_micro_batch is not None and packing.packs(model, cfg.packing))
 
     def forward(self, input_ids: Tensor, response_mask: Tensor, objective: TokenObjective | None = None,
                 temperature: Tensor | None = None) -> ScoredTokens:

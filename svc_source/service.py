@@ -198,8 +198,8 @@ class SourceService(Service, name="source", config=SourceConfig):
                          self.draws.draws, self.lead.outstanding, self.lead.limit)
                 held = reason
             self.report()
-            if reason:
-                self.stop.wait(0.2)
+            if reason:  # a full lead reads the lag again soon: it caps the pace at a lead per read
+                self.stop.wait(self.config.lag_refresh_s if reason == "lead full" else 0.2)
 
     def shutdown(self) -> None:
         if getattr(self, "window", None) is not None:

@@ -50,7 +50,7 @@ def test_packed_micro_batches_give_the_padded_loss_and_gradients(arch):
     runs = {}
     for budget in (None, 24):
         model = copy.deepcopy(base)
-        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget)
+        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget, packing="packed")
         stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec("cispo"))
         runs[budget] = (model, stats)
     (padded, padded_stats), (packed, packed_stats) = runs[None], runs[24]
@@ -61,6 +61,38 @@ def test_packed_micro_batches_give_the_padded_loss_and_gradients(arch):
             assert q.grad is None, name
             continue
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)  # of the last minibatch
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-5, msg=name)
+
+
+def test_auto_packs_only_where_attention_is_varlen():
+    """sdpa and eager attend a packed row through a dense mask over all its tokens: auto runs padded rows
+    there, packed rows only under flash attention's varlen kernels; the hybrid model never packs."""
+    qwen, hybrid = tiny_model("qwen2"), tiny_model("hybrid")
+    assert qwen.config._attn_implementation == "sdpa" and not packing.varlen_attention(qwen)
+    assert not packing.packs(qwen, "auto") and packing.packs(qwen, "packed") and not packing.packs(qwen, "padded")
+    assert not packing.packs(hybrid, "packed")
+    flash = torch.nn.Module()
+    flash.config = type("Config", (), {"_attn_implementation": "flash_attention_2"})()
+    assert packing.varlen_attention(flash) and packing.packs(flash, "auto") and not packing.packs(flash, "padded")
+    cfg = TrainConfig(minibatches=1)
+    assert cfg.packing == "auto" and not SequenceLogprobs.configured(qwen, cfg).packs
+    assert SequenceLogprobs.configured(qwen, cfg.model_copy(update={"packing": "packed"})).packs
+
+
+def test_padded_micro_batches_give_the_whole_minibatch_loss_and_gradients():
+    """auto under sdpa: micro-batches of padded rows, each trimmed to its longest sample."""
+    base = tiny_model("qwen2")
+    batch = ragged_batch()
+    runs = {}
+    for budget in (None, 24):
+        model = copy.deepcopy(base)
+        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget)
+        stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec("cispo"))
+        runs[budget] = (model, stats)
+    (whole, whole_stats), (micro, micro_stats) = runs[None], runs[24]
+    for key in ("loss", "num_tokens", "grad_norm"):
+        assert micro_stats[key] == pytest.approx(whole_stats[key], rel=1e-4, abs=1e-6), key
+    for (name, p), q in zip(whole.named_parameters(), micro.parameters()):
         torch.testing.assert_close(q, p, rtol=0, atol=1e-5, msg=name)
 
 
