@@ -101,3 +101,54 @@ def test_kafka_python_member_left_rebalancing_with_no_rejoin_pending_rejoins(boo
         assert coordinator.state is MemberState.STABLE and reader.assignment() == {(topic.name, 0)}, group_state(reader)
     finally:
         reader.close()
+
+
+def test_confluent_pause_reaches_librdkafka_only_once_it_lasts(bootstrap):
+    """librdkafka fetches a resumed partition only at its next timer (~0.5 s, bench/pause_resume.py), so
+    the wrapper pauses in librdkafka only a pause that lasts PAUSE_AFTER_S. A short pause: records come
+    with the next polls and none is lost. A lasting one: nothing is handed over until resumed, then
+    every record once, in order."""
+    from m1flow.bus.clients import PAUSE_AFTER_S
+
+    topic = fresh_topic(bootstrap, f"pause-{uuid.uuid4().hex[:8]}", partitions=1)
+    tp = (topic.name, 0)
+    producer = Producer(bootstrap, "test-pause")
+    reader = consumer("confluent-kafka", Settings(bootstrap, f"g-{uuid.uuid4().hex[:8]}", "pause", None,
+                                                  10_000, 60_000, 100))
+    reader.subscribe([topic.name], on_assigned=lambda parts: None, on_revoked=lambda parts: None)
+
+    def send(tag: str, n: int) -> None:
+        for i in range(n):
+            producer.send(topic, f"{tag}{i}", events.Control(header=codec.header("t"), reason=f"{tag}{i}"))
+        producer.flush()
+
+    def take(n: int, within_s: float) -> list[str]:
+        keys, deadline = [], time.monotonic() + within_s
+        while len(keys) < n and time.monotonic() < deadline:
+            keys += [r.key.decode() for recs in reader.poll(100, 100).values() for r in recs]
+        return keys
+
+    try:
+        deadline = time.monotonic() + 60
+        while not reader.assignment() and time.monotonic() < deadline:
+            reader.poll(200, 100)
+        assert reader.assignment() == {tp}, f"never assigned: {group_state(reader)}"
+        reader.pause({tp})  # short: resumed before it lasts
+        send("a", 3)
+        assert reader.paused() == {tp} and tp in reader._pausing  # not yet paused in librdkafka
+        reader.resume({tp})
+        assert take(3, 30) == ["a0", "a1", "a2"] and not reader.paused()
+        reader.pause({tp})  # lasting: polled past PAUSE_AFTER_S, then records arrive
+        stop = time.monotonic() + PAUSE_AFTER_S + 0.5
+        early = []
+        while time.monotonic() < stop:
+            early += [r.key.decode() for recs in reader.poll(100, 100).values() for r in recs]
+        assert not early and tp not in reader._pausing and reader.paused() == {tp}
+        send("b", 3)
+        assert take(3, 2.0) == []  # paused in librdkafka: nothing handed over
+        reader.resume({tp})
+        assert take(3, 30) == ["b0", "b1", "b2"]
+        assert take(1, 1.0) == []  # each once
+    finally:
+        reader.close()
+        producer.close()
