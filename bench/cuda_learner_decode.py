@@ -3,7 +3,8 @@
 Learner: one train_on_batch (CISPO, 2 minibatches) on a batch of ragged random samples, bf16
 weights with the fp32 LM head (the learner's CUDA default), for the hybrid model (per-sample rows
 trimmed to the longest of each micro-batch) and a Qwen2 of the same width (packed rows, position_ids
-restarting per sample), each with micro-batches by token budget against one padded minibatch.
+restarting per sample: `packing="packed"`, which `auto` chooses only under flash attention), each with
+micro-batches by token budget against one padded minibatch.
 Decoding: the native engine's batched cached decoding of the hybrid model (m1flow.model.sample_batch)
 on CUDA against the same on the CPU (fewer tokens there). Models are randomly initialised: speed
 only. Part of bench/gpu_check.sh; also runs on the CPU (`--device cpu --quick`) as a smoke test.
@@ -71,7 +72,7 @@ def learner_step(build, device: torch.device, batch: Batch, budget: int | None, 
     """Seconds per step and peak GiB (CUDA) of train_on_batch."""
     model = build().to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     keep_head_fp32(model)
-    cfg = TrainConfig(lr=1e-5, minibatches=2, max_tokens_per_micro_batch=budget)
+    cfg = TrainConfig(lr=1e-5, minibatches=2, max_tokens_per_micro_batch=budget, packing="packed")
     optimizer = make_optimizer(model.parameters(), cfg.lr)
     train_on_batch(model, optimizer, batch, cfg, LossSpec("cispo"))  # warm-up (kernels, allocator)
     if device.type == "cuda":
