@@ -55,6 +55,7 @@ Run: PYTHONPATH=. python bench/learning.py [--seeds 0 1 2] [--steps 30] [--group
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import random
 import shutil
@@ -346,9 +347,9 @@ def hops(prompts: Sequence[dict], rollouts: Sequence[dict], scored: Sequence[dic
         if prompt in published and group in done:
             a.append(at - published[prompt])
             b.append(done[group] - at)
-            later = [t for t in times if t >= done[group]]
-            if later:
-                c.append(later[0] - done[group])
+            nxt = bisect.bisect_left(times, done[group])  # the first announcement at or after it
+            if nxt < len(times):
+                c.append(times[nxt] - done[group])
     med = lambda xs: statistics.median(xs) / 1000 if xs else float("nan")  # noqa: E731
     return (f"per group (median of {len(a)}): {med(a):.3f} s from published to its last sample rolled out, "
             f"{med(b):.3f} s to scored, {med(c):.3f} s to the next version's announcement")

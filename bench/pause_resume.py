@@ -29,7 +29,6 @@ from m1flow.contracts import events
 from ops.kafka import Broker
 
 
-
 class RawLibrdkafka:
     """m1flow's confluent consumer with its pause and resume going straight to librdkafka (as before
     PAUSE_AFTER_S): the peer this bench measures against."""

@@ -40,23 +40,26 @@ def test_micro_batches_keep_order_and_the_budget():
     assert ids.shape == (2, 6)
 
 
+@pytest.mark.parametrize("mode", ["packed", "auto"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_packed_micro_batches_give_the_padded_loss_and_gradients(arch):
+def test_micro_batches_give_the_whole_minibatch_loss_and_gradients(arch, mode):
+    """Packed rows, and padded rows each trimmed to its micro-batch's longest sample (auto under sdpa)."""
     base = tiny_model(arch)
     batch = ragged_batch()
     assert SequenceLogprobs(base, pack=True).packs == (arch != "hybrid")
+    assert SequenceLogprobs.configured(base, TrainConfig(packing=mode)).packs == (arch != "hybrid" and mode == "packed")
     groups = packing.micro_batches(packing.lengths(batch.response_mask[:4]).tolist(), 24, packed=True)
     assert max(len(g) for g in groups) >= 2  # samples share packed rows
     runs = {}
     for budget in (None, 24):
         model = copy.deepcopy(base)
-        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget, packing="packed")
+        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget, packing=mode)
         stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec("cispo"))
         runs[budget] = (model, stats)
-    (padded, padded_stats), (packed, packed_stats) = runs[None], runs[24]
+    (whole, whole_stats), (micro, micro_stats) = runs[None], runs[24]
     for key in ("loss", "num_tokens", "ratio_mean", "entropy", "grad_norm", "train_infer_corr"):
-        assert packed_stats[key] == pytest.approx(padded_stats[key], rel=1e-4, abs=1e-6), key
-    for (name, p), q in zip(padded.named_parameters(), packed.parameters()):
+        assert micro_stats[key] == pytest.approx(whole_stats[key], rel=1e-4, abs=1e-6), key
+    for (name, p), q in zip(whole.named_parameters(), micro.parameters()):
         if p.grad is None:
             assert q.grad is None, name
             continue
@@ -77,23 +80,6 @@ def test_auto_packs_only_where_attention_is_varlen():
     cfg = TrainConfig(minibatches=1)
     assert cfg.packing == "auto" and not SequenceLogprobs.configured(qwen, cfg).packs
     assert SequenceLogprobs.configured(qwen, cfg.model_copy(update={"packing": "packed"})).packs
-
-
-def test_padded_micro_batches_give_the_whole_minibatch_loss_and_gradients():
-    """auto under sdpa: micro-batches of padded rows, each trimmed to its longest sample."""
-    base = tiny_model("qwen2")
-    batch = ragged_batch()
-    runs = {}
-    for budget in (None, 24):
-        model = copy.deepcopy(base)
-        cfg = TrainConfig(lr=1e-3, minibatches=2, max_tokens_per_micro_batch=budget)
-        stats = train_on_batch(model, make_optimizer(model.parameters(), cfg.lr), batch, cfg, LossSpec("cispo"))
-        runs[budget] = (model, stats)
-    (whole, whole_stats), (micro, micro_stats) = runs[None], runs[24]
-    for key in ("loss", "num_tokens", "grad_norm"):
-        assert micro_stats[key] == pytest.approx(whole_stats[key], rel=1e-4, abs=1e-6), key
-    for (name, p), q in zip(whole.named_parameters(), micro.parameters()):
-        torch.testing.assert_close(q, p, rtol=0, atol=1e-5, msg=name)
 
 
 def test_packed_rows_never_attend_across_samples():
