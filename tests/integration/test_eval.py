@@ -138,6 +138,9 @@ def test_a_kill_mid_version_redoes_only_what_was_not_published_and_a_replay_give
     group = f"m1flow-eval-{run}"
     first = launch("eval", tmp_path, bootstrap, [*args, "--group-id", group], run_id=run)
     wait_for(lambda: "evaluating b on policy v0" in first.tail(50), 120, "set b started", interval=0.05)
+    # a's result is sent as b starts and acknowledged by that step's flush: wait for it on `evals` (b samples
+    # for seconds), or the kill may land between the two and a is rightly redone
+    wait_for(lambda: "a/v0" in by_key(results(bootstrap, run)), 30, "a's result on evals", interval=0.05)
     first.kill()  # kill -9 while b is sampled: a is out, b is not
     first.proc.wait(10)
     cut = by_key(results(bootstrap, run))
