@@ -67,7 +67,7 @@ class LengthCoefficients:
     """What the monitor publishes after a recalibration."""
 
     before: float  # b1 fitted on raw verdicts
-    after: float  # b1 refitted on corrected verdicts
+    after: float  # b1 refitted on the verdicts it was fitted on, as corrected (`LengthCalibrator._residual`)
     intercept: float  # b0
     scale: float  # sd of the length difference
     raw_win_rate: float  # mean of (score + 1) / 2
@@ -114,6 +114,7 @@ class _Stage:
     scale: float = 1.0
     salt: str = ""  # makes this stage's draws independent of the other stages'
     within: bool = False  # b1 fitted on pairs (within groups or games between peers), else pooled over all
+    peers: bool = False  # b1 fitted on the games between peers
     max_iter: int = 50
 
     def x(self, diff: np.ndarray | float) -> np.ndarray:
@@ -222,7 +223,7 @@ class LengthCalibrator:
         self.coefficient_before = self.coefficient_after = stage.coefficient
         if needed(stage.coefficient):  # else: no length preference worth removing, verdicts stay as they are
             self.stages.append(stage)
-            self.coefficient_after = self._residual(stage, diff, p, members, draws)
+            self.coefficient_after = self._residual(stage, diff, p, members, draws, peers)
         self.raw_win_rate = float(p[~peers].mean() if members else p.mean())
         self.records = len(records)
         return self.coefficients()
@@ -284,6 +285,7 @@ class LengthCalibrator:
                 b1, loglik = self._within(groups)
             if loglik > best:
                 best, stage.within, stage.scale, stage.coefficient = loglik, True, scale, b1
+                stage.peers = use_peers
         judged = ~peers if members is not None else np.ones(len(p), dtype=bool)
         stage.intercept, pooled = fit_logistic(stage.x(diff[judged]), p[judged], self.config.l2, self.config.max_iter)
         if not stage.within:
@@ -291,10 +293,21 @@ class LengthCalibrator:
         return stage
 
     def _residual(self, stage: _Stage, diff: np.ndarray, p: np.ndarray, members: dict[str, list[int]] | None,
-                  draws: list[str]) -> float:
-        """b1 of the fit's verdicts as `stage` corrects them (each group thinned, or each pair mapped), at
-        the stage's scale."""
+                  draws: list[str], peers: np.ndarray) -> float:
+        """b1 of the verdicts the stage's b1 was fitted on, as the stage corrects them, at its scale: the games
+        between peers, each thinned at the games' own intercept, when b1 came from them; else each group
+        thinned, or each pair mapped.
+
+        The same verdicts as the fit's, so `before` and `after` compare. A length-loving judge's reference
+        beats nearly every rollout, which leaves few discordant pairs within groups (18 of 112 verdicts at the
+        broker loop's detection, tests/integration/test_genrm_loop.py); b1 refitted on those after thinning
+        came out anywhere from -0.05 to 5.98 for a fit of 4.75-6.6 (the 112 games: 0.33-0.70)."""
         x = stage.x(diff)
+        if stage.peers:
+            games = p[peers]
+            intercept = fit_logistic(x[peers], games, self.config.l2, self.config.max_iter)[0]
+            thinned = stage.thin(x[peers], games, [f"game/{i}" for i in range(len(games))], intercept)
+            return self._pooled(x[peers], np.array(thinned))[0]
         groups = self._groups(members, x, p) if stage.within else None
         if groups is None:
             judged = [j for idx in members.values() for j in idx] if members else list(range(len(p)))

@@ -30,7 +30,11 @@ from tests.integration.helpers import records, wait_for
 from tests.integration.test_monitor_genrm import monitor_metric
 
 pytestmark = pytest.mark.kafka
-GROUP, BATCH, WINDOW_GROUPS, CONSECUTIVE, COOLDOWN = 8, 4, 8, 2, 1
+# windows of the rule's default 16 groups: a judge that buys length outright makes the longest answer the
+# reference, which beats nearly every rollout, so a group's rank correlation tops out at 0.58 (one winner of
+# 8) and this loop's biased windows read 0.31-0.46 against the rule's 0.3 (8 groups: one of 8 runs had a
+# window after the onset just under it, 2026-12-06, and the detection came with the next two)
+GROUP, BATCH, WINDOW_GROUPS, CONSECUTIVE, COOLDOWN = 8, 4, 16, 2, 1
 # about 30 judgements per group of 8 (Swiss rounds in both orders, then each answer against the
 # reference): the judge turns biased after about 3 of the rule's windows
 BIAS_AFTER = 3 * WINDOW_GROUPS * 30
@@ -114,8 +118,10 @@ def test_the_general_family_turns_biased_is_recalibrated_and_its_bias_is_gone(st
     assert len(again) <= 2, again
     evidence = command["evidence"]
     assert evidence["rule"] == "genrm_length_bias" and evidence["windows"] == CONSECUTIVE, evidence
-    # detected within the configured windows of the bias first showing
-    assert int(evidence.get("version_to", 0)) <= steps[onset + CONSECUTIVE - 1], (evidence, steps, windows)
+    # detected with the first CONSECUTIVE biased windows in a row (how soon after the bias starts that is,
+    # over many streams, is tests/monitor/test_length_bias_stream.py's; here a window's noise can break a run)
+    streak = next(i for i in range(CONSECUTIVE - 1, len(windows)) if all(windows[i - CONSECUTIVE + 1:i + 1]))
+    assert int(evidence.get("version_to", 0)) <= steps[streak], (evidence, steps, windows)
     assert evidence["signals"]["genrm/length_corr"] > evidence["thresholds"]["genrm/length_corr"]
 
     before = min(monitor_metric(boot, "genrm/length_coef_before"))[1]  # the first fit's (svc_reward's step 1)
