@@ -159,7 +159,7 @@ class Trainer:
                                 message_id=f"policy:{self.state.version}:{self.sha[:12]}"),
             version=self.state.version, checkpoint_uri=self.current_uri, sha256=self.sha,
             step=self.state.step, stats={k: float(v) for k, v in self.last_stats.items()},
-            batch_groups=self.cfg.batch_groups)
+            batch_groups=self.cfg.batch_groups, input_offsets=self.state.offsets)
         key = self.cfg.security.policy_signing_key
         return sign(policy, key) if key is not None else policy
 

@@ -53,11 +53,12 @@ class Backlog:
         self.reward_group, self.learner_group = reward_group, learner_group
         self.groups = GroupLag(bootstrap, "m1flow-rollout-backlog")
 
-    def lags(self) -> tuple[int | None, int | None]:
+    def lags(self, learner_floor: Mapping[str, int] | None = None) -> tuple[int | None, int | None]:
         """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed
-        (None: that consumer group has never committed there)."""
+        (None: that consumer group has never committed there); the learner's offsets taken as at least
+        `learner_floor` (those its last announcement said it commits)."""
         return (self.groups.lag(self.reward_group, ROLLOUTS.name),
-                self.groups.lag(self.learner_group, SCORED.name))
+                self.groups.lag(self.learner_group, SCORED.name, learner_floor))
 
     def close(self) -> None:
         self.groups.close()
@@ -77,6 +78,7 @@ class Backpressure:
         self.batch_groups = batch_groups
         self.group_size = group_size
         self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
+        self.committing: dict[str, int] = {}  # the offsets on `scored` the last announcement said it commits
         self.pacer = LagPacer(self._read if backlog is not None else None, refresh_s, "consumer lag")
 
     @property
@@ -88,14 +90,16 @@ class Backpressure:
         """Groups downstream: the learner's lag on `scored` and the reward service's on `rollouts` in
         groups; committed once the learner has (its first batch may still be loading)."""
         try:
-            reward, learner = self.backlog.lags()
+            reward, learner = self.backlog.lags(self.committing)
         except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
             log.warning("reading consumer lag failed: %s", exc)
             reward = learner = 0
         return (learner or 0) + (reward or 0) / max(1, self.group_size), learner is not None
 
-    def learner_step(self, batch_groups: int, stats: Mapping[str, float]) -> None:
-        """A `policy` announcement: the learner's batch, and what its last step consumed."""
+    def learner_step(self, batch_groups: int, stats: Mapping[str, float],
+                     input_offsets: Mapping[str, int] | None = None) -> None:
+        """A `policy` announcement: the learner's batch, what its last step consumed, and the offsets on
+        `scored` it commits with it."""
         consumed = stats.get("groups_consumed", stats.get("groups", 0.0))
         first = self.consumed_per_step is None
         self.consumed_per_step = consumed if first else (
@@ -107,7 +111,12 @@ class Backpressure:
             self.skip_share = skipped if first else (1 - STEP_SMOOTHING) * self.skip_share + STEP_SMOOTHING * skipped
         # What that step consumed has left the backlog: count it now, not at the next lag reading
         # (up to refresh_s away), so room opens as soon as the learner can take the next batch. The
-        # learner commits right after announcing; a reading caught between the two only holds back.
+        # learner commits right after announcing, and a reading caught between the two (the one a held
+        # replica takes in the same loop turn as the announcement, often) would put the step back: a
+        # reading counts the learner's offsets as at least those announced. (Without them such a reading
+        # held back until the commit showed, and a batch formed a version late: bench/README.md,
+        # learning.py, 3 times in 38 versions of one traced run.)
+        self.committing = dict(input_offsets or {})  # none (version 0, a bare policy): no floor
         self.pacer.consumed(consumed)
 
     def produced(self, groups: int = 1) -> None:

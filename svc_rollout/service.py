@@ -152,7 +152,7 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
         for msg in messages:
             if isinstance(msg, events.PolicyVersion):
                 if msg.batch_groups:
-                    self.backpressure.learner_step(msg.batch_groups, msg.stats)
+                    self.backpressure.learner_step(msg.batch_groups, msg.stats, msg.input_offsets)
                 if not self.config.pinned_policy:
                     self.policy.announce(msg)
             elif msg.HasField("set_window"):

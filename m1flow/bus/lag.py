@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
@@ -23,9 +23,10 @@ class GroupLag:
         self.admin = KafkaAdminClient(**kafka_security(), bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=10_000)
         self.consumer = KafkaConsumer(**kafka_security(), bootstrap_servers=bootstrap, client_id=client_id)
 
-    def lag(self, group: str, topic: str) -> int | None:
-        """Records of `topic` the group has not committed; None for a group that never committed
-        there, or whose coordinator does not answer. KafkaError when the end offsets cannot be read."""
+    def positions(self, group: str, topic: str) -> dict[str, tuple[int, int]] | None:
+        """Per partition of `topic` the group has committed on, "topic/partition" -> (committed offset, end
+        offset); None for a group that never committed there, or whose coordinator does not answer.
+        KafkaError when the end offsets cannot be read."""
         try:
             offsets = self.admin.list_group_offsets({group: None}).get(group, {})
         except KafkaError as exc:
@@ -35,11 +36,25 @@ class GroupLag:
         if not committed:
             return None
         ends = self.consumer.end_offsets(list(committed))
-        return sum(max(0, ends.get(tp, off) - off) for tp, off in committed.items())
+        return {f"{tp.topic}/{tp.partition}": (off, ends.get(tp, off)) for tp, off in committed.items()}
+
+    def lag(self, group: str, topic: str, floor: Mapping[str, int] | None = None) -> int | None:
+        """Records of `topic` the group has not committed (`lag_after`); None as `positions`."""
+        return lag_after(self.positions(group, topic), floor)
 
     def close(self) -> None:
         self.admin.close()
         self.consumer.close()
+
+
+def lag_after(positions: Mapping[str, tuple[int, int]] | None, floor: Mapping[str, int] | None = None) -> int | None:
+    """Records past the committed offsets (`GroupLag.positions`), each partition's committed offset taken as
+    at least its `floor`: offsets the group is known to commit next (an announced step whose commit the
+    reading may predate). None for None."""
+    if positions is None:
+        return None
+    floor = floor or {}
+    return sum(max(0, end - max(committed, floor.get(key, committed))) for key, (committed, end) in positions.items())
 
 
 Reading = tuple[float, bool]  # (what waits downstream, whether the downstream groups have committed)

@@ -15,11 +15,13 @@ import torch
 from safetensors.torch import load_file
 
 from m1flow.bus import Producer, codec
+from m1flow.bus.lag import GroupLag
 from m1flow.bus.topics import SCORED
 from m1flow.contracts import events
 from ops.kafka import Broker
 from m1flow.bus.admin import ensure_topics
 from ops.launcher import launch
+from ops.topics_io import read_range
 from m1flow.chat import prompt_ids
 from m1flow.checkpoint import WEIGHTS_FILE, latest, load_policy, load_state
 from m1flow.model import sample
@@ -144,6 +146,19 @@ def test_sigkilled_learner_applies_each_group_once_and_matches_uninterrupted_run
     assert calm_weights.keys() == crashy_weights.keys()
     for name in calm_weights:
         assert torch.equal(calm_weights[name], crashy_weights[name]), name
+
+    # each announcement carries the offsets its step commits (svc_rollout's backpressure reads the lag
+    # as at least those): the newest version's are its checkpoint's, and the group has committed them
+    announced = [r["value"] for r in read_range(bootstrap, "policy") if "/calm/" in r["value"].get("checkpoint_uri", "")]
+    newest = max(announced, key=lambda v: int(v.get("version", 0)))
+    offsets = {key: int(off) for key, off in newest.get("input_offsets", {}).items()}
+    assert offsets and offsets == calm_state["offsets"], (newest, calm_state["offsets"])
+    lag = GroupLag(bootstrap, "test-positions")
+    try:
+        committed = lag.positions("learner-calm", SCORED.name) or {}
+    finally:
+        lag.close()
+    assert all(committed[key][0] >= off for key, off in offsets.items()), (committed, offsets)
 
 
 def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_broker):
