@@ -128,7 +128,8 @@ def signed_record(root: Path, signing: Path) -> events.PolicyVersion:
     directory = root / "learner" / "checkpoints" / "v000007"
     policy = events.PolicyVersion(header=codec.header("learner", run_id="run-a", policy_version=7, message_id="m7"),
                                   version=7, checkpoint_uri=uri_for(directory), sha256="a" * 64, step=7,
-                                  stats={"loss": 0.5, "consumed_groups": 9.0}, batch_groups=8)
+                                  stats={"loss": 0.5, "consumed_groups": 9.0}, batch_groups=8,
+                                  input_offsets={"scored/0": 40, "scored/1": 38})
     return sign(policy, signing)
 
 
@@ -140,6 +141,7 @@ CHANGES = {
     "step": lambda p: setattr(p, "step", 8),
     "stats": lambda p: p.stats.__setitem__("consumed_groups", 1e6),
     "batch_groups": lambda p: setattr(p, "batch_groups", 1_000_000),
+    "input_offsets": lambda p: p.input_offsets.__setitem__("scored/0", 1_000_000),  # would open backpressure
     "header": lambda p: setattr(p.header.trace, "run_id", "run-b"),
 }
 
