@@ -53,12 +53,11 @@ class Backlog:
         self.reward_group, self.learner_group = reward_group, learner_group
         self.groups = GroupLag(bootstrap, "m1flow-rollout-backlog")
 
-    def lags(self, learner_floor: Mapping[str, int] | None = None) -> tuple[int | None, int | None]:
-        """Records the reward service (on `rollouts`) and the learner (on `scored`) have not committed
-        (None: that consumer group has never committed there); the learner's offsets taken as at least
-        `learner_floor` (those its last announcement said it commits)."""
+    def positions(self) -> tuple[int | None, dict[str, tuple[int, int]] | None]:
+        """Records of `rollouts` the reward service has not committed, and the learner's committed and end
+        offsets on `scored` (`GroupLag.positions`); None: that consumer group has never committed there."""
         return (self.groups.lag(self.reward_group, ROLLOUTS.name),
-                self.groups.lag(self.learner_group, SCORED.name, learner_floor))
+                self.groups.positions(self.learner_group, SCORED.name))
 
     def close(self) -> None:
         self.groups.close()
@@ -78,7 +77,8 @@ class Backpressure:
         self.batch_groups = batch_groups
         self.group_size = group_size
         self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
-        self.committing: dict[str, int] = {}  # the offsets on `scored` the last announcement said it commits
+        self.announced: dict[str, int] | None = None  # the learner's offsets on `scored` its newest step commits
+        self._committed_seen: dict[str, int] = {}  # the learner's committed offsets at the previous reading
         self.pacer = LagPacer(self._read if backlog is not None else None, refresh_s, "consumer lag")
 
     @property
@@ -87,14 +87,41 @@ class Backpressure:
         return self.pacer.waiting
 
     def _read(self) -> Reading:
-        """Groups downstream: the learner's lag on `scored` and the reward service's on `rollouts` in
-        groups; committed once the learner has (its first batch may still be loading)."""
+        """Groups downstream: the learner's lag on `scored` (`_learner_lag`) and the reward service's on
+        `rollouts`, in groups; counted from the learner's first commit a reading can vouch for (its first
+        batch may still be loading)."""
         try:
-            reward, learner = self.backlog.lags(self.committing)
+            reward, positions = self.backlog.positions()
         except KafkaError as exc:  # the broker is away: nothing is consumed downstream either
             log.warning("reading consumer lag failed: %s", exc)
-            reward = learner = 0
+            return 0.0, True
+        learner = self._learner_lag(positions)
         return (learner or 0) + (reward or 0) / max(1, self.group_size), learner is not None
+
+    def _learner_lag(self, positions: dict[str, tuple[int, int]] | None) -> int | None:
+        """Records of `scored` past what the learner has taken, per partition: the offsets its newest
+        announcement says its step commits, or its committed offset as far as the previous reading saw it
+        too, whichever is further; None while a partition has neither.
+
+        The learner announces, then commits. A reading between the two put the step just taken back
+        downstream (the batch after it then formed a version late: bench/README.md, learning.py): the
+        announced offsets count. Under load this replica's `policy` consumer can hand it the announcement
+        after a reading saw the commit, which let in groups sampled with the version before, past a bound
+        of no lead (tests/checkpoint/test_s3_loop.py failed so once): a commit counts once a reading
+        (about refresh_s) old, by when its announcement has come. The learner's commits of groups it
+        skipped, which no announcement covers, count then too: nothing waits on an announcement that
+        will not come."""
+        seen, self._committed_seen = self._committed_seen, {k: c for k, (c, _) in (positions or {}).items()}
+        if positions is None:
+            return None
+        announced, lag = self.announced or {}, 0
+        for key, (committed, end) in positions.items():
+            known = [x for x in (announced.get(key), min(committed, seen[key]) if key in seen else None)
+                     if x is not None]
+            if not known:
+                return None
+            lag += max(0, end - max(known))
+        return lag
 
     def learner_step(self, batch_groups: int, stats: Mapping[str, float],
                      input_offsets: Mapping[str, int] | None = None) -> None:
@@ -110,13 +137,9 @@ class Backpressure:
             skipped = max(0.0, consumed - stats.get("groups", consumed)) / consumed
             self.skip_share = skipped if first else (1 - STEP_SMOOTHING) * self.skip_share + STEP_SMOOTHING * skipped
         # What that step consumed has left the backlog: count it now, not at the next lag reading
-        # (up to refresh_s away), so room opens as soon as the learner can take the next batch. The
-        # learner commits right after announcing, and a reading caught between the two (the one a held
-        # replica takes in the same loop turn as the announcement, often) would put the step back: a
-        # reading counts the learner's offsets as at least those announced. (Without them such a reading
-        # held back until the commit showed, and a batch formed a version late: bench/README.md,
-        # learning.py, 3 times in 38 versions of one traced run.)
-        self.committing = dict(input_offsets or {})  # none (version 0, a bare policy): no floor
+        # (up to refresh_s away), so room opens as soon as the learner can take the next batch; readings
+        # from now on take the learner's offsets from this announcement (`_read`).
+        self.announced = dict(input_offsets) if input_offsets else None  # none: version 0, a bare policy
         self.pacer.consumed(consumed)
 
     def produced(self, groups: int = 1) -> None:

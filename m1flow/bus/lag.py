@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
@@ -38,23 +38,14 @@ class GroupLag:
         ends = self.consumer.end_offsets(list(committed))
         return {f"{tp.topic}/{tp.partition}": (off, ends.get(tp, off)) for tp, off in committed.items()}
 
-    def lag(self, group: str, topic: str, floor: Mapping[str, int] | None = None) -> int | None:
-        """Records of `topic` the group has not committed (`lag_after`); None as `positions`."""
-        return lag_after(self.positions(group, topic), floor)
+    def lag(self, group: str, topic: str) -> int | None:
+        """Records of `topic` the group has not committed; None as `positions`."""
+        positions = self.positions(group, topic)
+        return None if positions is None else sum(max(0, end - committed) for committed, end in positions.values())
 
     def close(self) -> None:
         self.admin.close()
         self.consumer.close()
-
-
-def lag_after(positions: Mapping[str, tuple[int, int]] | None, floor: Mapping[str, int] | None = None) -> int | None:
-    """Records past the committed offsets (`GroupLag.positions`), each partition's committed offset taken as
-    at least its `floor`: offsets the group is known to commit next (an announced step whose commit the
-    reading may predate). None for None."""
-    if positions is None:
-        return None
-    floor = floor or {}
-    return sum(max(0, end - max(committed, floor.get(key, committed))) for key, (committed, end) in positions.items())
 
 
 Reading = tuple[float, bool]  # (what waits downstream, whether the downstream groups have committed)
