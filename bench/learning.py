@@ -85,7 +85,7 @@ from m1flow.data.record import TaskRecord  # noqa: E402
 from m1flow.heldout import EvalSetConfig, load_set, prompt_key  # noqa: E402
 from m1flow.rl.config import AlgorithmConfig  # noqa: E402
 from m1flow.rl.objectives import LossSpec  # noqa: E402
-from m1flow.rl.selection import Selected  # noqa: E402
+from m1flow.rl.selection import GROUP_LABEL, GROUP_TRAINED, Selected  # noqa: E402
 from m1flow.rl.shaping import ShapingConfig  # noqa: E402
 from m1flow.sampling import seed_for  # noqa: E402
 from ops.demo import EVAL_SEED  # noqa: E402
@@ -355,6 +355,27 @@ def hops(prompts: Sequence[dict], rollouts: Sequence[dict], scored: Sequence[dic
             f"{med(b):.3f} s to scored, {med(c):.3f} s to the next version's announcement")
 
 
+def sample_ages(scored: Sequence[dict], metrics: Sequence[dict]) -> str:
+    """How many versions old each trained group's samples were (the version a step trained from, less the
+    one its samples were drawn with: 0 is on-policy): a lead of one gives ages 0 and 1, a batch let in
+    a step early (a lag reading racing an announcement) ages of 2."""
+    drawn = {}
+    for r in scored:
+        v = r.get("value") or {}
+        versions = [int(x.get("policy_version", 0)) for x in v.get("samples", [])]
+        if v.get("group_id") and versions:
+            drawn[v["group_id"]] = min(versions)
+    ages: dict[int, int] = {}
+    for r in metrics:
+        v = r.get("value") or {}
+        group = (v.get("labels") or {}).get(GROUP_LABEL)
+        if v.get("name") == GROUP_TRAINED and group in drawn:
+            age = int(v.get("step", 0)) - 1 - drawn[group]
+            ages[age] = ages.get(age, 0) + 1
+    return "groups trained, by the age of their samples (versions): " + (
+        ", ".join(f"{age}: {n}" for age, n in sorted(ages.items())) or "none read")
+
+
 @dataclass
 class SideRun:
     """What a side leaves for evaluation: a checkpoint per eval step and its clock there."""
@@ -411,8 +432,9 @@ def run_services(policy: Path, s: Settings, seed: int, run: Path, deadline: Dead
                          + ", ".join(f"{name} {(sec - idle.get(name, 0.0)) / max(1, s.steps):.3f}"
                                      for name, sec in cpu.items()))
         prompts = list(read_range(stack.bootstrap, "prompts"))
-        out.notes.append(hops(prompts, list(read_range(stack.bootstrap, "rollouts")),
-                              list(read_range(stack.bootstrap, "scored")), announced))
+        scored = list(read_range(stack.bootstrap, "scored"))
+        out.notes.append(hops(prompts, list(read_range(stack.bootstrap, "rollouts")), scored, announced))
+        out.notes.append(sample_ages(scored, list(read_range(stack.bootstrap, "metrics"))))
         first = min(r["timestamp_ms"] for r in prompts)
         published = sorted((int((r["value"].get("origin") or {}).get("draw", 0)), r["value"].get("text", ""))
                            for r in prompts if "value" in r)

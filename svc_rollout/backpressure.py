@@ -8,8 +8,9 @@ replica stops admitting prompts while that exceeds `max_ahead_versions` full ste
 the learner can already take, and reads the lags of both consumer groups from Kafka, so every
 replica sees the same backlog whatever the replica count.
 
-Until the learner's consumer group first commits, the replica counts the groups it produced
-itself (the learner may be loading; its lag is not known yet). A learner that never runs therefore
+Until the learner's consumer group first commits (as its announcement or a second reading shows:
+`Backpressure._learner_lag`), the replica counts the groups it produced itself (the learner may be
+loading; its lag is not known yet). A learner that never runs therefore
 pauses sampling after (1 + max_ahead_versions) batches: run a rollout service alone with a large
 `max_ahead_versions`.
 
