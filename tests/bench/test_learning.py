@@ -118,6 +118,17 @@ def _curve(*points: tuple[int, float, float]) -> list[Point]:
     return [Point(i, samples, seconds, p) for i, (samples, seconds, p) in enumerate(points)]
 
 
+def test_sample_ages_count_versions_between_drawing_and_training() -> None:
+    """Version v is trained from v - 1: a group drawn with v - 1 is on-policy (age 0)."""
+    scored = [{"value": {"group_id": g, "samples": [{"policy_version": drawn}, {"policy_version": drawn}]}}
+              for g, drawn in (("a", 0), ("b", 0), ("c", 1), ("d", 3))]
+    metrics = [{"value": {"name": learning.GROUP_TRAINED, "step": step, "labels": {learning.GROUP_LABEL: g}}}
+               for g, step in (("a", 1), ("b", 2), ("c", 3), ("d", 4))]
+    metrics.append({"value": {"name": "learner/loss", "step": 4, "labels": {}}})
+    assert learning.sample_ages(scored, metrics).endswith("0: 2, 1: 2")
+    assert learning.sample_ages(scored, []).endswith("none read")
+
+
 def test_reach_interpolates_the_first_crossing() -> None:
     points = _curve((0, 0.0, 0.3), (100, 10.0, 0.5), (200, 20.0, 0.7), (300, 30.0, 0.6))
     assert learning.reach(points, 0.6) == pytest.approx((150.0, 15.0))
