@@ -4,14 +4,12 @@ recalibration. Measured: 1 biased window in 300 of 12 groups, 0 in 300 of 16 (th
 And with a judge that buys length outright, how soon the rule asks."""
 import random
 
-from m1flow.tasks.general import make_instruction, quality, sample_answer
-
 from svc_monitor.config import LengthBiasConfig
 from svc_monitor.rules.length_bias import LengthBiasRule
 from svc_monitor.schema import GenRMSampleRow
-from svc_reward.genrm import GenRMScorer, InstructionJudge, QualityJudge, distinct_word_share
+from svc_reward.genrm import GenRMScorer, QualityJudge, distinct_word_share
 
-from tests.reward.genrm_stream import answer
+from tests.reward.genrm_stream import answer, general_group, length_loving_judge
 
 
 def test_a_fair_judge_is_never_recalibrated():
@@ -40,13 +38,12 @@ def test_a_length_loving_judge_is_recalibrated_within_the_configured_windows():
     cfg = LengthBiasConfig()
     for seed in range(10):
         rng = random.Random(seed)
-        scorer = GenRMScorer(InstructionJudge(quality, length_bonus=0.05, margin=0.05))
+        scorer = GenRMScorer(length_loving_judge())
         rule = LengthBiasRule(cfg)
         for w in range(cfg.consecutive):
             rows = []
             for g in range(cfg.window_groups):
-                prompt = make_instruction(rng)
-                answers = [sample_answer(rng, prompt, 2, 12) for _ in range(8)]
+                prompt, answers = general_group(rng)
                 rows += [GenRMSampleRow(group_id=f"{w}-{g}", policy_version=w, score=r.reward,
                                         length=len(a.split()), correct=None, ts_ms=0)
                          for a, r in zip(answers, scorer.score_group(prompt, answers).results)]

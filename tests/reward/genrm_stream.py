@@ -1,14 +1,28 @@
 """A stream of open-ended answers for GenRM length-bias tests: 10-40 words whose distinct-word share (the
 quality judge's hidden value) is drawn independently of their number, as in the monitor loop's broker test;
-and a policy over answer lengths that learns from the rewards it is paid."""
+a policy over answer lengths that learns from the rewards it is paid; and the GenRM broker loop's regime
+(tests/integration/test_genrm_loop.py): general tasks answered in 2-12 words before a judge that buys length
+outright."""
 from __future__ import annotations
 
 import math
 import random
 
-from m1flow.tasks.general import sample_answer
+from m1flow.tasks.general import make_instruction, quality, sample_answer
+from svc_reward.genrm import InstructionJudge
 
 VOCAB = [f"w{i}" for i in range(300)]
+
+
+def length_loving_judge() -> InstructionJudge:
+    """The broker loop's judge once biased: 0.05 a character against a hidden quality in [0, 1]."""
+    return InstructionJudge(quality, length_bonus=0.05, margin=0.05)
+
+
+def general_group(rng: random.Random, size: int = 8) -> tuple[str, list[str]]:
+    """A general task and `size` answers of 2-12 words, as the loop's warm-started policy writes them."""
+    prompt = make_instruction(rng)
+    return prompt, [sample_answer(rng, prompt, 2, 12) for _ in range(size)]
 
 
 def answer(rng: random.Random) -> str:

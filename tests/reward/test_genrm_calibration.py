@@ -94,15 +94,14 @@ def test_a_fit_on_games_between_peers_is_checked_on_those_games():
     nearly every rollout; b1 comes from the Swiss games between peers, and so must its residual. Refitted
     on the few discordant pairs left within groups, over these 20 streams it came out at -0.2 to +0.5 of
     the fit (4 of them above 0.3; one broker run 5.98 after 4.76); on the games, 0.05 to 0.21."""
-    from m1flow.tasks.general import make_instruction, quality, sample_answer
-    from svc_reward.genrm import GenRMConfig, GenRMScorer, InstructionJudge
+    from svc_reward.genrm import GenRMConfig, GenRMScorer
+    from tests.reward.genrm_stream import general_group, length_loving_judge
 
     for seed in range(20):
         rng = random.Random(seed)
-        scorer = GenRMScorer(InstructionJudge(quality, length_bonus=0.05, margin=0.05), GenRMConfig(history=112))
+        scorer = GenRMScorer(length_loving_judge(), GenRMConfig(history=112))
         for _ in range(16):
-            prompt = make_instruction(rng)
-            scorer.score_group(prompt, [sample_answer(rng, prompt, 2, 12) for _ in range(8)])
+            scorer.score_group(*general_group(rng))
         assert np.mean([r.score for r in scorer.history]) < -0.8  # the regime: rollouts lose to the reference
         fit = scorer.recalibrate()
         assert fit.before > 3.0 and abs(fit.after) < 0.3 * fit.before, (seed, fit)
