@@ -10,9 +10,8 @@ replica sees the same backlog whatever the replica count.
 
 Until the learner's consumer group first commits (as its announcement or a second reading shows:
 `Backpressure._learner_lag`), the replica counts the groups it produced itself (the learner may be
-loading; its lag is not known yet). A learner that never runs therefore
-pauses sampling after (1 + max_ahead_versions) batches: run a rollout service alone with a large
-`max_ahead_versions`.
+loading; its lag is not known yet). A learner that never runs therefore pauses sampling after
+(1 + max_ahead_versions) batches: run a rollout service alone with a large `max_ahead_versions`.
 
 It cannot deadlock: it pauses only while at least one whole learner step's worth of records is in
 flight or waiting downstream, so those finish, the learner can step, the backlog falls, and
@@ -78,7 +77,7 @@ class Backpressure:
         self.batch_groups = batch_groups
         self.group_size = group_size
         self.consumed_per_step: float | None = None  # smoothed records of `scored` per learner step
-        self.announced: dict[str, int] | None = None  # the learner's offsets on `scored` its newest step commits
+        self.announced: dict[str, int] = {}  # the learner's offsets on `scored` its newest step commits
         self._committed_seen: dict[str, int] = {}  # the learner's committed offsets at the previous reading
         self.pacer = LagPacer(self._read if backlog is not None else None, refresh_s, "consumer lag")
 
@@ -115,9 +114,9 @@ class Backpressure:
         seen, self._committed_seen = self._committed_seen, {k: c for k, (c, _) in (positions or {}).items()}
         if positions is None:
             return None
-        announced, lag = self.announced or {}, 0
+        lag = 0
         for key, (committed, end) in positions.items():
-            known = [x for x in (announced.get(key), min(committed, seen[key]) if key in seen else None)
+            known = [x for x in (self.announced.get(key), min(committed, seen[key]) if key in seen else None)
                      if x is not None]
             if not known:
                 return None
@@ -139,8 +138,8 @@ class Backpressure:
             self.skip_share = skipped if first else (1 - STEP_SMOOTHING) * self.skip_share + STEP_SMOOTHING * skipped
         # What that step consumed has left the backlog: count it now, not at the next lag reading
         # (up to refresh_s away), so room opens as soon as the learner can take the next batch; readings
-        # from now on take the learner's offsets from this announcement (`_read`).
-        self.announced = dict(input_offsets) if input_offsets else None  # none: version 0, a bare policy
+        # from now on take the learner's offsets from this announcement (`_learner_lag`).
+        self.announced = dict(input_offsets or {})  # none: version 0, a bare policy
         self.pacer.consumed(consumed)
 
     def produced(self, groups: int = 1) -> None:
