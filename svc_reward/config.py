@@ -49,6 +49,9 @@ class RewardConfig(ServiceConfig):
 
     group_timeout_s: float = Field(60.0, description="score a group with what arrived after this long")
     scoring_threads: int = Field(4, description="concurrent scoring jobs (slow sandbox calls overlap)")
+    scoring_wait_ms: int = Field(20, ge=1, description="while groups score, the longest a loop turn waits on "
+                                                       "them before reading rollouts again (a group finished "
+                                                       "sooner is emitted at once)")
     sandbox_address: str = Field("", description="svc_sandbox gRPC address for code and SWE tasks")
     math: MathVerifyConfig = Field(default_factory=MathVerifyConfig, description="the math-verify worker pool")
     code: CodeRewardConfig = Field(default_factory=CodeRewardConfig, description="code tasks: scoring mode, limits")

@@ -1,14 +1,17 @@
 """svc_reward: rollouts in, one ScoredGroup per complete (or timed-out) group out.
 
 Scoring runs in a thread pool so a slow verifier (a sandboxed test run) never stalls other groups;
-a group's rollout records stay uncommitted until its ScoredGroup is acknowledged. Every replica
+a group's rollout records stay uncommitted until its ScoredGroup is acknowledged. While groups score,
+the loop waits on them rather than on Kafka, so a group is emitted as it is scored: waiting on a poll
+instead held a scored group until the next rollout arrived or the poll ran out (200 ms), and the
+learner waited on it every version (bench/learning.py). Every replica
 also follows `control` and, on a recalibrate command, refits the GenRM length correction and
 reports the length coefficient before and after it on `metrics`.
 """
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import grpc
 from prometheus_client import Counter
@@ -27,6 +30,7 @@ from svc_reward.groups import GroupBuffer, PendingGroup, score_group, verdict_fi
 from svc_reward.scorers import ScorerRegistry
 
 log = logging.getLogger(__name__)
+IDLE_POLL_MS = 200  # nothing scoring: wait this long on Kafka for rollouts (the stream worker's default)
 GROUPS = Counter("m1flow_reward_groups_total", "scored groups", ["outcome"])
 
 
@@ -107,6 +111,8 @@ class GroupHandler:
             log.warning("group %s timed out with %s/%s rollouts", group.group_id,
                         len(group.rollouts), group.group_size)
             self._submit(group)
+        if self.running:  # the loop polls Kafka without waiting meanwhile (RewardService.loop)
+            wait(self.running, timeout=self.cfg.scoring_wait_ms / 1000, return_when=FIRST_COMPLETED)
         for future in [f for f in self.running if f.done()]:
             group = self.running.pop(future)
             scored = future.result()
@@ -178,6 +184,16 @@ class RewardService(Service, name="reward", config=RewardConfig):
             control = Recalibrations(follower, self.registry, cfg.replica)
         self.handler = GroupHandler(self.registry, self.config, control)
         self.stream = self.worker(self.handler)
+
+    def loop(self) -> None:
+        """The stream worker's loop, its poll not waiting on Kafka while groups score (the handler's
+        tick waits on them instead, up to `scoring_wait_ms`)."""
+        while not self.stop.is_set():
+            self.stream.set_pace(poll_ms=0 if self.handler.running else IDLE_POLL_MS)
+            self.stream.step()
+            if self.stream.finished:  # a replay of a range: done
+                log.info("replay range done")
+                return
 
     def shutdown(self) -> None:
         self.handler.drain(self.stream.ctx)

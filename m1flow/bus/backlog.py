@@ -3,8 +3,11 @@
 kafka-python hands out one partition's fetched records until they run out, so a consumer that takes
 a few records per step (the rollout service takes one) would drain one partition while the others
 wait; keeping a small backlog per partition and taking from them in turn reads every owned partition
-at the same pace. A partition with a backlog is paused while the others are polled. In a replay, a
-partition stops at its stop offset: what lies past it is never queued.
+at the same pace. A partition whose backlog holds a poll's worth is paused while the others are
+polled; one with a few records waiting is not: a lasting pause reaches librdkafka, which fetches a
+resumed partition only about 0.5 s later (bench/pause_resume.py), and the rollout service, whose
+prompts always wait a few to a partition (the source's lead), lost that half second a version every
+second or so. In a replay, a partition stops at its stop offset: what lies past it is never queued.
 """
 from __future__ import annotations
 
@@ -23,11 +26,12 @@ class Backlog:
         self.at_stop: set[TP] = set()
 
     def fill(self, throttled: bool, poll_ms: int, after_poll: Callable[[], None]) -> None:
-        """Poll for the partitions with nothing waiting (none while throttled); `after_poll` applies
+        """Poll for the partitions whose backlog is not full (none while throttled); `after_poll` applies
         the rebalance the poll may have reported before its records are queued."""
         assigned = self.consumer.assignment()
         busy = {tp for tp, q in self.queues.items() if q}
-        hold = assigned if throttled else (busy | self.at_stop) & assigned
+        full = {tp for tp in busy if len(self.queues[tp]) >= self.poll_records}
+        hold = assigned if throttled else (full | self.at_stop) & assigned
         self.consumer.pause(hold)
         self.consumer.resume((assigned - hold) & self.consumer.paused())
         batches = self.consumer.poll(timeout_ms=0 if busy else poll_ms, max_records=self.poll_records)

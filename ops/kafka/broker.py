@@ -161,7 +161,11 @@ class Broker:
                               f"; start it the same way or remove {self.run_dir}")
         props = write_config(self.run_dir, state, self.secrets)
         classpath = str(jar_dir() / "*")
-        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
+        # C1 only: this broker lives for a test, a bench or a demo, and C2 compiling Kafka's hot paths
+        # was most of its CPU (ready in 8.4-10.7 s against 2.7-3.1 s, 3.6-4.4 CPU-s to ready against
+        # 2.1-2.8; bench/learning.py's broker 0.09-0.10 CPU-s a version against 0.06). The image's broker
+        # (docker/kafka), which runs for days, keeps tiered compilation.
+        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.yaml'}",
                 f"-Dkafka.logs.dir={self.run_dir / 'logs'}", "-cp", classpath]

@@ -137,3 +137,40 @@ def test_the_scored_group_carries_the_prompts_source_and_domain():
         group, _ = older.add(r, rec(i))
     scored = score_group(group, ScorerRegistry())
     assert (scored.source, scored.domain) == ("arith", "")
+
+
+def test_a_group_is_emitted_in_the_loop_turn_it_finishes_in():
+    """The service's loop polls Kafka without waiting while groups score, and the tick waits on them
+    instead: a group finished during a turn is emitted in it, not one poll (up to 200 ms, with no
+    rollouts arriving) later, which the learner waited on every version (bench/learning.py)."""
+    import threading
+    import time
+
+    from svc_reward.result import ScoreResult
+    from svc_reward.service import GroupHandler
+
+    registry = ScorerRegistry()
+    registry.register("takes_a_while", lambda response, spec: (time.sleep(0.2), ScoreResult.scored(True))[1])
+    gate = threading.Event()
+    registry.register("gated", lambda response, spec: (gate.wait(30), ScoreResult.scored(True))[1])
+    handler = GroupHandler(registry, RewardConfig(scoring_threads=2, scoring_wait_ms=10_000))
+    ctx = RecordingContext()
+    r = rollout("g", 0, 1, "5")
+    r.verifier.kind = "takes_a_while"
+    handler.handle(r, rec(0), ctx)
+    started = time.monotonic()
+    handler.tick(ctx)
+    assert [g.group_id for g in ctx.emitted] == ["g"] and ctx.released == [rec(0)]
+    assert time.monotonic() - started < 5  # it waited for the group, not for the whole wait
+
+    handler = GroupHandler(registry, RewardConfig(scoring_threads=2, scoring_wait_ms=50))
+    ctx = RecordingContext()
+    r = rollout("slow", 0, 1, "5")
+    r.verifier.kind = "gated"
+    handler.handle(r, rec(1), ctx)
+    started = time.monotonic()
+    handler.tick(ctx)  # a group still scoring: the turn ends after the wait, and the loop reads on
+    assert ctx.emitted == [] and time.monotonic() - started < 5
+    gate.set()
+    handler.drain(ctx)
+    assert [g.group_id for g in ctx.emitted] == ["slow"]
