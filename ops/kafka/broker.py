@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Literal
 
 import psutil
 
@@ -51,14 +52,19 @@ class Broker:
     """One KRaft node under `run_dir`; `start()` is idempotent and `stop()` always leaves it dead."""
 
     def __init__(self, run_dir: str | Path, heap: str = "512m", secrets: str | Path | None = None,
-                 tethered: bool = False) -> None:
+                 tethered: bool = False, jit: Literal["c1", "tiered"] = "c1") -> None:
         """secrets: a CA folder (m1flow.security.pki) to serve TLS with client certificates and
         ACLs from (its `broker` and `admin` identities are the super users); None: plaintext.
         tethered: the node is killed by the kernel when the process that starts it dies, SIGKILL included
         (`m1flow up`, a tool's private broker: m1flow.runtime.tether; started from the main thread only);
-        its data stays and a later start recovers it."""
+        its data stays and a later start recovers it.
+        jit: "c1", the JVM's quick compiler only: this broker lives for a test, a bench or a demo, and C2
+        compiling Kafka's hot paths was most of its CPU (bench/broker_start.py: ready in about a third
+        of the time; bench/learning.py's broker a third fewer CPU-seconds a version); "tiered", the JVM's
+        default, for a broker that runs for days (the image's, docker/kafka, keeps it)."""
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap
+        self.jit = jit
         self.tethered = tethered
         self.secrets = Path(secrets).resolve() if secrets is not None else None
         self.state_file = self.run_dir / "broker.json"
@@ -161,12 +167,8 @@ class Broker:
                               f"; start it the same way or remove {self.run_dir}")
         props = write_config(self.run_dir, state, self.secrets)
         classpath = str(jar_dir() / "*")
-        # C1 only: this broker lives for a test, a bench or a demo, and C2 compiling Kafka's hot paths
-        # was most of its CPU (ready in 8.4-10.7 s against 2.7-3.1 s, 3.6-4.4 CPU-s to ready against
-        # 2.1-2.8; bench/learning.py's broker 0.09-0.10 CPU-s a version against 0.06). The image's broker
-        # (docker/kafka), which runs for days, keeps tiered compilation.
-        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Djava.awt.headless=true",
+        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseSerialGC",
+                *(["-XX:TieredStopAtLevel=1"] if self.jit == "c1" else []), "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.yaml'}",
                 f"-Dkafka.logs.dir={self.run_dir / 'logs'}", "-cp", classpath]
         private = self.secrets is not None
@@ -217,6 +219,9 @@ class Broker:
             if not self.running():
                 code = self._child.returncode if self._child is not None else "unknown"
                 raise BrokerError(f"broker process exited during start-up (exit code {code}):\n{self._errors()}")
+            if not _listening(self.bootstrap):  # an admin client against a closed port spends seconds probing
+                time.sleep(0.1)
+                continue
             try:
                 admin = KafkaAdminClient(**self.admin_security.kafka_python(), bootstrap_servers=self.bootstrap,
                                          request_timeout_ms=5000,
@@ -259,6 +264,18 @@ class Broker:
                 pass
             _wait_gone(pid, self._child, 10)
         self._child = None
+
+
+def _listening(bootstrap: str) -> bool:
+    """Whether the broker's port takes connections yet: a cheap test that lets readiness be checked
+    every 0.1 s (kafka-python's admin client, built against a closed port, probed for ~2.5 s a try, so
+    a broker up in 3 s was seen ready at 5.5 or 8: bench/broker_start.py)."""
+    host, port = bootstrap.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _port_free(port: int) -> bool:
