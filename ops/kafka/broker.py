@@ -59,8 +59,8 @@ class Broker:
         (`m1flow up`, a tool's private broker: m1flow.runtime.tether; started from the main thread only);
         its data stays and a later start recovers it.
         jit: "c1", the JVM's quick compiler only: this broker lives for a test, a bench or a demo, and C2
-        compiling Kafka's hot paths was most of its CPU (bench/broker_start.py: ready in about a third
-        of the time; bench/learning.py's broker a third fewer CPU-seconds a version); "tiered", the JVM's
+        compiling Kafka's hot paths was much of its CPU (bench/broker_start.py: a third less CPU to
+        ready; bench/learning.py's broker a third fewer CPU-seconds a version); "tiered", the JVM's
         default, for a broker that runs for days (the image's, docker/kafka, keeps it)."""
         self.run_dir = Path(run_dir).resolve()
         self.heap = heap

@@ -153,24 +153,24 @@ def test_a_group_is_emitted_in_the_loop_turn_it_finishes_in():
     registry.register("takes_a_while", lambda response, spec: (time.sleep(0.2), ScoreResult.scored(True))[1])
     gate = threading.Event()
     registry.register("gated", lambda response, spec: (gate.wait(30), ScoreResult.scored(True))[1])
-    handler = GroupHandler(registry, RewardConfig(scoring_threads=2, scoring_wait_ms=10_000))
-    ctx = RecordingContext()
-    r = rollout("g", 0, 1, "5")
-    r.verifier.kind = "takes_a_while"
-    handler.handle(r, rec(0), ctx)
-    started = time.monotonic()
-    handler.tick(ctx)
-    assert [g.group_id for g in ctx.emitted] == ["g"] and ctx.released == [rec(0)]
-    assert time.monotonic() - started < 5  # it waited for the group, not for the whole wait
 
-    handler = GroupHandler(registry, RewardConfig(scoring_threads=2, scoring_wait_ms=50))
-    ctx = RecordingContext()
-    r = rollout("slow", 0, 1, "5")
-    r.verifier.kind = "gated"
-    handler.handle(r, rec(1), ctx)
-    started = time.monotonic()
-    handler.tick(ctx)  # a group still scoring: the turn ends after the wait, and the loop reads on
-    assert ctx.emitted == [] and time.monotonic() - started < 5
+    def one_tick(kind: str, wait_ms: int) -> tuple[GroupHandler, RecordingContext, float]:
+        """A one-rollout group of `kind` handed over, then one tick: the handler, what it emitted, how long."""
+        handler = GroupHandler(registry, RewardConfig(scoring_threads=2, scoring_wait_ms=wait_ms))
+        ctx = RecordingContext()
+        r = rollout(kind, 0, 1, "5")
+        r.verifier.kind = kind
+        handler.handle(r, rec(0), ctx)
+        started = time.monotonic()
+        handler.tick(ctx)
+        return handler, ctx, time.monotonic() - started
+
+    _, ctx, took = one_tick("takes_a_while", wait_ms=10_000)
+    assert [g.group_id for g in ctx.emitted] == ["takes_a_while"] and ctx.released == [rec(0)]
+    assert took < 5  # it waited for the group, not for the whole wait
+
+    handler, ctx, took = one_tick("gated", wait_ms=50)  # still scoring: the turn ends after the wait, the loop reads on
+    assert ctx.emitted == [] and took < 5
     gate.set()
     handler.drain(ctx)
-    assert [g.group_id for g in ctx.emitted] == ["slow"]
+    assert [g.group_id for g in ctx.emitted] == ["gated"]
