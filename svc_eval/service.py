@@ -35,6 +35,7 @@ from m1flow.bus import Context, HandlerBase, Record
 from m1flow.bus.clients import ClientError
 from m1flow.bus.topics import CONTROL, EVALS, POLICY, TopicSpec, suffixed
 from m1flow.bus.watch import TopicWatcher
+from m1flow.bus.worker import POLL_MS
 from m1flow.contracts import events
 from m1flow.engines.base import GroupRequest, GroupResult
 from m1flow.engines.prompts import prompt_input, prompt_text
@@ -283,15 +284,13 @@ class EvalService(Service, name="eval", config=EvalConfig):
 
     # ---- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
-        cfg = self.config
-        while not self.stop.is_set():
-            busy = self.active is not None or bool(self.queue)
-            self.stream.throttle(len(self.queue) >= cfg.max_queued_versions)
-            self.stream.set_pace(poll_ms=0 if busy else 200)
-            self.stream.step()
-            if self.stream.finished:  # a replay of a range (`m1flow replay --service eval`): done
-                log.info("replay range done")
-                return
+        self.stream.run(self.stop, before_step=self._pace)  # a replay (`m1flow replay --service eval`) ends
+
+    def _pace(self) -> None:
+        """Hold new versions while the queue is full; step without waiting on Kafka while there is work."""
+        busy = self.active is not None or bool(self.queue)
+        self.stream.throttle(len(self.queue) >= self.config.max_queued_versions)
+        self.stream.set_pace(poll_ms=0 if busy else POLL_MS)
 
     def shutdown(self) -> None:
         self.stream.close()  # a job part-way stays uncommitted: its unpublished sets are redone after a restart

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 from m1flow.bus import Context, Record
 from m1flow.bus.topics import CONTROL, ROLLOUTS, SCORED
 from m1flow.bus.clients import ClientError
+from m1flow.bus.worker import POLL_MS
 from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
 from m1flow.contracts import events, rpc, rpc_grpc
@@ -30,7 +31,6 @@ from svc_reward.groups import GroupBuffer, PendingGroup, score_group, verdict_fi
 from svc_reward.scorers import ScorerRegistry
 
 log = logging.getLogger(__name__)
-IDLE_POLL_MS = 200  # nothing scoring: wait this long on Kafka for rollouts (the stream worker's default)
 GROUPS = Counter("m1flow_reward_groups_total", "scored groups", ["outcome"])
 
 
@@ -186,14 +186,12 @@ class RewardService(Service, name="reward", config=RewardConfig):
         self.stream = self.worker(self.handler)
 
     def loop(self) -> None:
-        """The stream worker's loop, its poll not waiting on Kafka while groups score (the handler's
-        tick waits on them instead, up to `scoring_wait_ms`)."""
-        while not self.stop.is_set():
-            self.stream.set_pace(poll_ms=0 if self.handler.running else IDLE_POLL_MS)
-            self.stream.step()
-            if self.stream.finished:  # a replay of a range: done
-                log.info("replay range done")
-                return
+        self.stream.run(self.stop, before_step=self._pace)
+
+    def _pace(self) -> None:
+        """No waiting on Kafka while groups score: the handler's tick waits on them instead, up to
+        `scoring_wait_ms`."""
+        self.stream.set_pace(poll_ms=0 if self.handler.running else POLL_MS)
 
     def shutdown(self) -> None:
         self.handler.drain(self.stream.ctx)

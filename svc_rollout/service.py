@@ -22,6 +22,7 @@ from m1flow.bus.topics import CONTROL, POLICY, PROMPTS, ROLLOUTS
 from m1flow.bus.clients import ClientError
 from m1flow.bus.control import CommandRule, ControlFollower
 from m1flow.bus.watch import TopicWatcher
+from m1flow.bus.worker import POLL_MS
 from m1flow.contracts import events, rpc, rpc_grpc
 from m1flow.engines.base import GroupRequest, GroupResult
 from m1flow.engines.prompts import prompt_input
@@ -280,7 +281,7 @@ class RolloutService(Service, name="rollout", config=RolloutConfig):
             # an engine with work steps without waiting on Kafka; one held back waits on `policy`
             # instead of `prompts`, so the announcement that opens room is seen when it lands (a
             # 200 ms poll of the paused prompts delayed it by 100 ms a step on average)
-            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy or held else 200)
+            self.stream.set_pace(max_records=max(1, room), poll_ms=0 if busy or held else POLL_MS)
             self.stream.step()
             if held:
                 self.refresh(timeout_ms=HELD_WAIT_MS)

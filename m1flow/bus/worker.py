@@ -32,6 +32,7 @@ from m1flow.contracts import events
 from m1flow.security.config import kafka_python as kafka_security
 
 log = logging.getLogger(__name__)
+POLL_MS = 200  # how long a step's poll waits for records when no partition has a backlog (set_pace)
 
 
 def _key(record: Record) -> tuple[str, int, int]:
@@ -125,7 +126,7 @@ class StreamWorker:
     """
 
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
-                 producer: Producer | None = None, poll_ms: int = 200, max_records: int = 256,
+                 producer: Producer | None = None, poll_ms: int = POLL_MS, max_records: int = 256,
                  client_id: str | None = None, session_timeout_ms: int = 20_000,
                  start_offsets: dict[str, int] | None = None,
                  stop_offsets: dict[str, int] | None = None, output_suffix: str = "",
@@ -179,9 +180,11 @@ class StreamWorker:
         self.liveness.revoked(partitions)
 
     # ------------------------------------------------------------------ loop
-    def run(self, stop: threading.Event) -> None:
-        """Step until stopped or, replaying, until the range is done."""
+    def run(self, stop: threading.Event, before_step: Callable[[], None] = lambda: None) -> None:
+        """Step until stopped or, replaying, until the range is done; `before_step` lets a service set
+        its pace or throttle from its own state before each step."""
         while not stop.is_set():
+            before_step()
             self.step()
             if self.finished:
                 log.info("replay range done")
