@@ -273,13 +273,14 @@ def test_profile_killed_resumes_matches_scored_and_filters(tmp_path, hybrid_poli
 
 def killed_after_two_rows(args: list[str], env: dict[str, str], cwd: Path, out: Path, run_dir: Path
                           ) -> tuple[list[str], int]:
-    """A profile SIGKILLed once two rows are written and the next one's prompt is out: the lines it
-    wrote, and when it was killed; its stack dies with it."""
+    """A profile SIGKILLed as soon as two rows are written (with a lead of one the next row's prompt is
+    usually out by then: a row in flight): the lines it wrote, and when it was killed; its stack dies
+    with it. Killed at once, not a moment later: since svc_reward emits a group as it is scored, the
+    remaining rows took under 0.3 s, and a kill 0.3 s late found the run done (7 of 7 rows)."""
     first = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
     while good_lines(out) < 2 and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)  # the next row's prompt is out: one row in flight at the kill
+        time.sleep(0.01)
     first.send_signal(signal.SIGKILL)
     killed_ms = int(time.time() * 1000)
     first.wait(10)
