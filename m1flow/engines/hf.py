@@ -1,7 +1,9 @@
 """`hf`: transformers' `generate` for any causal LM directory (the fallback that needs no vLLM).
 
 Each step runs one `generate` call over a batch of groups (prompts left-padded, n samples each).
-Log-probs come from the scores generate sampled from (after temperature and top-p), so they are
+A group's samples share one prompt, so the prompt is prefilled once per group and its KV cache
+repeated n times (what vLLM's prefix cache does): `generate` with `num_return_sequences=n` would
+prefill it n times. Log-probs come from the scores generate sampled from (after temperature and top-p), so they are
 log-probs under the sampling distribution; the repetition truncation is a stopping criterion that
 watches the same probabilities row by row.
 """
@@ -11,7 +13,7 @@ import math
 from pathlib import Path
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import Cache, StoppingCriteria, StoppingCriteriaList
 
 from m1flow import checkpoint
 from m1flow.contracts import events
@@ -62,15 +64,18 @@ class HFEngine(BatchEngine):
         for row, r in enumerate(batch):  # left padding: every prompt ends where generation starts
             ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[row, width - len(r.prompt_ids):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = self._prefill(ids, mask, n)
         budget = max(r.max_new_tokens for r in batch)
         stop = RepetitionStop(len(batch) * n, first.early_stop_run, first.early_stop_prob, self.device)
         torch.manual_seed(first.seed)
         sampled = first.temperature > 0
         result = self.model.generate(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), do_sample=sampled,
-            temperature=first.temperature if sampled else None, top_p=first.top_p if sampled else None, top_k=0,
-            num_return_sequences=n, max_new_tokens=budget, eos_token_id=self.eos_id, pad_token_id=pad,
-            output_scores=True, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([stop]))
+            input_ids=ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0), past_key_values=cache,
+            do_sample=sampled, temperature=first.temperature if sampled else None,
+            top_p=first.top_p if sampled else None, top_k=0, max_new_tokens=budget, eos_token_id=self.eos_id,
+            pad_token_id=pad, output_scores=True, return_dict_in_generate=True,
+            stopping_criteria=StoppingCriteriaList([stop]))
         new = result.sequences[:, width:]
         logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in result.scores], dim=1)
         logps = logps.gather(-1, new[:, : logps.shape[1], None]).squeeze(-1)
@@ -79,6 +84,21 @@ class HFEngine(BatchEngine):
             groups.append([self._sample(new[row], logps[row], int(stop.fired_at[row]), request.max_new_tokens)
                            for row in range(g * n, (g + 1) * n)])
         return groups
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> Cache | None:
+        """The KV cache of every prompt but its last token, computed once and repeated for its n samples
+        (generate feeds the last token itself, and takes the positions from the mask as it would here).
+        None, and generate prefills each sample, for one sample, a one-token prompt, or a model whose
+        cache cannot be repeated."""
+        if ids.shape[1] < 2 or n < 2:
+            return None
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                           use_cache=True).past_key_values
+        if not isinstance(cache, Cache):
+            return None
+        cache.batch_repeat_interleave(n)
+        return cache
 
     def _sample(self, tokens: torch.Tensor, logps: torch.Tensor, fired_at: int, budget: int) -> Sample:
         tokens, logps = tokens.tolist(), logps.tolist()

@@ -193,6 +193,43 @@ def test_batch_engines_report_logprobs_of_the_sampling_distribution(kind, qwen2_
     assert events.FINISH_REASON_STOP in reasons
 
 
+def test_hf_engine_prefills_a_group_once_and_samples_what_generate_samples(qwen2_policy):
+    """The oracle is transformers' own `generate` with num_return_sequences (each sample prefilled
+    again): the same seed draws the same tokens with the same log-probs, while the engine's model sees
+    each prompt (left-padded, of different lengths) once."""
+    engine = HFEngine(batch_groups=4, group_size=4, device="cpu")
+    engine.load(policy(0, qwen2_policy))
+    texts = PROMPTS[:4] + ["What is 123 + 4567 + 89? Think step by step."]
+    batch = [GroupRequest(f"g{i}", engine.prompt_ids(t), 4, 8, 1.0, 1.0, 5, 3000, 0.99) for i, t in enumerate(texts)]
+    seen: list[tuple[int, int]] = []
+    hook = engine.model.register_forward_pre_hook(lambda _m, _a, kw: seen.append(tuple(kw["input_ids"].shape)),
+                                                  with_kwargs=True)
+    try:
+        groups = engine.generate(batch)
+    finally:
+        hook.remove()
+    width = max(len(r.prompt_ids) for r in batch)
+    assert len({len(r.prompt_ids) for r in batch}) > 1
+    assert seen[0] == (len(batch), width - 1) and all(shape == (len(batch) * 4, 1) for shape in seen[1:])
+
+    ids = torch.full((len(batch), width), engine.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, r in enumerate(batch):
+        ids[row, width - len(r.prompt_ids):], mask[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids), 1
+    torch.manual_seed(5)
+    with torch.no_grad():
+        oracle = engine.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                                       top_k=0, num_return_sequences=4, max_new_tokens=8, eos_token_id=engine.eos_id,
+                                       pad_token_id=engine.tokenizer.pad_token_id, output_scores=True,
+                                       return_dict_in_generate=True)
+    scores = torch.stack([torch.log_softmax(x.float(), -1) for x in oracle.scores], 1)
+    for row, sample in enumerate(s for group in groups for s in group):
+        expected = oracle.sequences[row, width:width + len(sample.tokens)]
+        assert sample.tokens == expected.tolist()
+        torch.testing.assert_close(torch.tensor(sample.logprobs), scores[row, :len(sample.tokens)].gather(
+            -1, expected[:, None]).squeeze(-1), rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["hf", "native"])
 def test_batch_engines_truncate_a_looping_model(kind, qwen2_policy, hybrid_policy, tmp_path):
     loop = looping_copy(qwen2_policy if kind == "hf" else hybrid_policy, tmp_path / "loop")
