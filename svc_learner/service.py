@@ -165,8 +165,9 @@ class LearnerService(Service, name="learner", config=LearnerServiceConfig):
 
     def start(self) -> None:
         self.steering = self._steering()
+        # its checkpoint holds the offsets it resumes from: its commits are for the lag readers, unwaited
         self.stream = self.worker(ScoredHandler(self), start_offsets=self.trainer.start_offsets(self.config.replaying),
-                                  max_records=16)
+                                  max_records=16, commit_wait=False)
         announcement = self.trainer.announcement(self.config.run_id)  # again: compaction may have lost it
         self.stream.producer.send(POLICY, policy_key(announcement), announcement)
         self.stream.producer.flush()

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from m1flow.security.config import SecurityConfig, confluent, kafka_python
 
@@ -88,8 +88,9 @@ class Consumer(Protocol):
     def watermarks(self, partitions: set[TP]) -> dict[TP, tuple[int, int]]:
         """(first offset still in the log, next offset to be written) per partition (ClientError when away)."""
 
-    def commit(self, offsets: dict[TP, int]) -> None:
-        """Commit synchronously; ClientError when the broker refuses or cannot be reached."""
+    def commit(self, offsets: dict[TP, int], wait: bool = True) -> None:
+        """Commit; ClientError when the broker refuses or cannot be reached. wait=False sends the
+        commit and returns: a failure is logged when the broker answers, and a later commit covers it."""
 
     def rejoin(self, why: str) -> None:
         """Replace the client with a new one subscribed as this one was (same group, same instance id):
@@ -241,12 +242,16 @@ class KafkaPythonConsumer:
             raise ClientError(str(exc)) from exc
         return {(tp.topic, tp.partition): off for tp, off in found.items()}
 
-    def commit(self, offsets: dict[TP, int]) -> None:
+    def commit(self, offsets: dict[TP, int], wait: bool = True) -> None:
         from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata, TopicPartition
 
+        marks = {TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
         try:
-            self._c.commit({TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+            if wait:
+                self._c.commit(marks)
+            else:
+                self._c.commit_async(marks, callback=_log_commit_failure)
         except KafkaError as exc:
             raise ClientError(str(exc)) from exc
 
@@ -282,7 +287,7 @@ class ConfluentConsumer:
             "max.partition.fetch.bytes": s.max_partition_fetch_bytes,
             "fetch.max.bytes": s.max_partition_fetch_bytes * 4,
             "receive.message.max.bytes": max(s.receive_message_max_bytes, s.max_partition_fetch_bytes * 4 + 1024),
-            "log_level": 3,
+            "log_level": 3, "on_commit": _log_commit_failure,
             **confluent(s.security),
         }
         if s.group_instance_id:
@@ -455,17 +460,25 @@ class ConfluentConsumer:
             raise ClientError(f"no watermarks within 10s for {sorted(tp for tp, m in marks.items() if m is None)}")
         return marks
 
-    def commit(self, offsets: dict[TP, int]) -> None:
+    def commit(self, offsets: dict[TP, int], wait: bool = True) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
             self._c.commit(offsets=[TopicPartition(t, p, off) for (t, p), off in offsets.items()],
-                           asynchronous=False)
+                           asynchronous=not wait)
         except KafkaException as exc:
             raise ClientError(str(exc)) from exc
 
     def close(self) -> None:
         self._c.close()
+
+
+def _log_commit_failure(err: Any, partitions: Any) -> None:
+    """A commit's answer, as either client calls back: confluent-kafka (error or None, partitions) for
+    every commit, kafka-python (offsets, response or exception) for one sent without waiting."""
+    failed = err if not isinstance(err, dict) else partitions if isinstance(partitions, Exception) else None
+    if failed is not None:
+        log.warning("commit failed (the next commit covers its offsets): %s", failed)
 
 
 def _refused(err) -> bool:  # noqa: ANN001 - a confluent_kafka.KafkaError

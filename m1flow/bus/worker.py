@@ -123,6 +123,9 @@ class StreamWorker:
     the rest of the group never stops for it.
     on_health: called whenever the liveness watchdog changes its verdict (see liveness.py).
     client: which Kafka client consumes (m1flow/bus/clients.py).
+    commit_wait: whether a step waits for its commit. A handler that keeps its offsets in its own
+    checkpoint and resumes from them (start_offsets: the learner) commits only for the lag readers
+    upstream, so it need not wait for the broker's answer; outputs are still acknowledged first.
     """
 
     def __init__(self, bootstrap: str, group_id: str, handler: Handler, service: str,
@@ -131,8 +134,10 @@ class StreamWorker:
                  start_offsets: dict[str, int] | None = None,
                  stop_offsets: dict[str, int] | None = None, output_suffix: str = "",
                  static_member: bool = True, liveness: LivenessConfig | None = None,
-                 on_health: Callable[[Health], None] = lambda h: None, client: Client = "confluent-kafka") -> None:
+                 on_health: Callable[[Health], None] = lambda h: None, client: Client = "confluent-kafka",
+                 commit_wait: bool = True) -> None:
         self.bootstrap = bootstrap
+        self.commit_wait = commit_wait
         self.stop_offsets = stop_offsets
         self.group_id = group_id
         self.handler = handler
@@ -262,14 +267,15 @@ class StreamWorker:
     def dead_letter(self, record: Record, error: str) -> None:
         self.dispatch.dead_letter(record, error)
 
-    def flush_and_commit(self) -> None:
-        """Acknowledge all outputs, then commit what the tracker allows."""
+    def flush_and_commit(self, wait: bool | None = None) -> None:
+        """Acknowledge all outputs, then commit what the tracker allows (waiting for the answer unless
+        commit_wait says not to)."""
         self.producer.flush()
         offsets = {tp: off for tp, off in self._tracker.committable().items() if self._last_committed.get(tp) != off}
         if not offsets:
             return
         try:
-            self.consumer.commit(offsets)
+            self.consumer.commit(offsets, wait=self.commit_wait if wait is None else wait)
             self._last_committed.update(offsets)
             self.stats["commits"] += 1
         except ClientError as exc:  # broker away or group rebalancing: a later cycle commits
@@ -296,7 +302,7 @@ class StreamWorker:
         """
         self.liveness.close()
         try:
-            self.flush_and_commit()
+            self.flush_and_commit(wait=True)
         finally:
             self.consumer.close()
             self.producer.close()

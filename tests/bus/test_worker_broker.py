@@ -320,3 +320,28 @@ def test_a_member_left_without_an_assignment_starts_a_new_consumer_and_reads_on(
     finally:
         worker.close()
         producer.close()
+
+
+def test_a_worker_that_does_not_wait_for_its_commits_still_commits_what_it_handled(bootstrap, client):
+    """The learner's worker (its checkpoint holds the offsets it resumes from) sends each step's commit
+    without waiting for the broker's answer; the commits still land, after the outputs, and its close
+    waits for the last one."""
+    topic = fresh_topic(bootstrap, f"control.nowait-{client}", partitions=2)
+    producer = Producer(bootstrap, "t-nowait")
+    for i in range(10):
+        producer.send(topic, f"k{i}", events.Control(header=codec.header("t", message_id=f"n{i}"), reason=f"r{i}"))
+    producer.flush()
+    handler, group = Count((topic,)), f"test-nowait-{client}"
+    worker = StreamWorker(bootstrap, group, handler, "test", client=client, start_offsets={}, commit_wait=False)
+    waits: list[bool] = []
+    commit = worker.consumer.commit
+    worker.consumer.commit = lambda offsets, wait=True: (waits.append(wait), commit(offsets, wait=wait))[1]
+    try:
+        deadline = time.monotonic() + 30
+        while (len(handler.partitions) < 10 or committed(bootstrap, group) < 10) and time.monotonic() < deadline:
+            worker.step()
+        assert len(handler.partitions) == 10 and committed(bootstrap, group) == 10
+        assert waits and not any(waits)
+    finally:
+        worker.close()
+    assert committed(bootstrap, group) == 10
