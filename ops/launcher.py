@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from ops import ROOT
 from ops.interrupt import deferred
 from ops.services import service
@@ -38,6 +40,9 @@ class ServiceProcess:
     entry: list[str] = field(default_factory=list)  # e.g. torchrun's; default: python -m <its module>
     proc: subprocess.Popen | None = None
     launched_at: float = 0.0
+    # what it started in sessions of their own (torchrun starts each rank so): a signal to its process
+    # group misses them, and a rank whose leader died waited for it for good (found 55 min after its test)
+    others: list[psutil.Process] = field(default_factory=list)
 
     @property
     def log_path(self) -> Path:
@@ -85,11 +90,34 @@ class ServiceProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal its process group; SIGKILL also kills what it started outside the group."""
         if self.alive():
+            self._note_others()
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:  # it exited since alive() looked
                 pass
+        if sig == signal.SIGKILL:
+            self._kill_others(0.0)
+
+    def _note_others(self) -> None:
+        """Its descendants now, while the tree still leads to them (an orphan is re-parented to init)."""
+        try:
+            found = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        known = {p.pid for p in self.others}
+        self.others += [p for p in found if p.pid not in known]
+
+    def _kill_others(self, wait_s: float) -> None:
+        """Give its descendants `wait_s` to exit as its shutdown asked, then SIGKILL the rest."""
+        _, alive = psutil.wait_procs([p for p in self.others if p.is_running()], timeout=max(wait_s, 0.0))
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (graceful: finish, commit, close), SIGKILL if it does not exit in time."""
@@ -122,6 +150,7 @@ class ServiceProcess:
             gone = time.monotonic() + 10
             while group_members(self.proc.pid) and time.monotonic() < gone:  # the kernel's, a moment
                 time.sleep(0.05)
+        self._kill_others(deadline - time.monotonic())
         return code
 
     def tail(self, lines: int = 40) -> str:

@@ -5,6 +5,7 @@ the final weights equal those of an uninterrupted run on the same input."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import asdict
@@ -191,3 +192,23 @@ def test_torchrun_learner_with_two_ranks_matches_one_process(tmp_path, filled_br
     assert moved > 0.5 * sum(w.numel() for w in w1.values())  # the updates did train the model
     for name in w1:
         torch.testing.assert_close(w2[name], w1[name], rtol=0, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_a_killed_torchrun_learner_leaves_no_rank_running(tmp_path, filled_broker):
+    """torchrun starts each rank in a session of its own, so a SIGKILL of the launcher's process group
+    never reached them: a follower rank, its leader gone, waited for it for good (one was found 55 min
+    after its test). The launcher kills what the service started outside its group as well."""
+    import psutil
+
+    from ops.launcher import torchrun
+
+    bootstrap, policy, _ = filled_broker
+    proc = launch("learner", tmp_path / "killed", bootstrap, learner_args(policy, "killed"), entry=torchrun("learner", 2))
+    try:
+        ranks = [p for p in psutil.Process(proc.proc.pid).children(recursive=True) if "svc_learner" in " ".join(p.cmdline())]
+        assert len(ranks) == 2 and all(os.getsid(p.pid) != os.getsid(proc.proc.pid) for p in ranks)
+    finally:
+        proc.kill()
+        proc.proc.wait(30)
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive, [p.pid for p in alive]
