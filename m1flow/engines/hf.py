@@ -3,9 +3,9 @@
 Each step runs one `generate` call over a batch of groups (prompts left-padded, n samples each).
 A group's samples share one prompt, so the prompt is prefilled once per group and its KV cache
 repeated n times (what vLLM's prefix cache does): `generate` with `num_return_sequences=n` would
-prefill it n times. Log-probs come from the scores generate sampled from (after temperature and top-p), so they are
-log-probs under the sampling distribution; the repetition truncation is a stopping criterion that
-watches the same probabilities row by row.
+prefill it n times. Log-probs come from the scores generate sampled from (after temperature and
+top-p), so they are log-probs under the sampling distribution; the repetition truncation is a
+stopping criterion that watches the same probabilities row by row.
 """
 from __future__ import annotations
 
